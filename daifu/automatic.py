@@ -1,0 +1,159 @@
+"""Automatic mode: turn the repair bot's suggestions into a decision, as `settings.approve` allows.
+
+`approve="auto"` takes the best suggestion that is valid and passes the safety check;
+`"never"` only records them; `"ask"` hands them to `daifu.approval.approval_prompt` when a
+person is at the terminal. A suggestion already tried on this crash is not offered again, so
+when a repair did not hold, the next one is.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import re
+import sys
+import textwrap
+from typing import Callable
+
+from loguru import logger
+
+from daifu.botclient import BotAnswer, ask_bot
+from daifu.config import Settings
+from daifu.crash import Crash
+from daifu.decisions import Action, Decision, Retry, Skip, Surgery
+from daifu.report import CrashReport, FunctionInfo, build_report, fingerprint
+from daifu.suggestions import Verdict, check_action, check_safety, check_surgery
+from repairbot.protocol import Diagnosis, Suggestion
+
+RECORD_NAME = "repairbot_suggestions.jsonl"
+_given: dict[str, list[str]] = {}
+"""Decisions given per crash fingerprint, in case the runtime starts a fresh `Crash.tried`."""
+
+
+def decide(crash: Crash, settings: Settings) -> Decision | None:
+    """The decision for `crash` in automatic mode, or `None` to let the runtime raise."""
+    report = build_report(crash)
+    answer = ask_bot(report, settings.bot_url)
+    found = candidates(crash, report, answer.suggestions)
+    _record(settings, report, answer, found)
+    options = [(s, d, v) for s, d, v in found if v.ok]
+    if settings.approve == "never":
+        return None
+    if settings.approve == "auto":
+        chosen = next((d for _, d, _ in options if check_safety(_code(d)).ok), None)
+    else:
+        chosen = _ask_person(crash, answer.diagnosis, [s for s, _, _ in options])
+    if chosen is not None:
+        _remember(crash, report, chosen)
+    return chosen
+
+
+def candidates(crash: Crash, report: CrashReport, suggestions: list[Suggestion]) -> list[tuple[Suggestion, Decision, Verdict]]:
+    """Each suggestion not tried yet, as a decision, with whether it is valid here."""
+    tried = {d for d, _ in crash.tried} | set(_given.get(fingerprint(report), []))
+    found = []
+    for suggestion in suggestions:
+        decision = to_decision(suggestion)
+        if repr(decision) not in tried:
+            found.append((suggestion, decision, validate(decision, crash)))
+    return found
+
+
+def to_decision(suggestion: Suggestion) -> Decision:
+    """The daifu decision carrying out `suggestion`."""
+    if suggestion.kind == "surgery":
+        return Surgery(suggestion.code)
+    if suggestion.kind == "action":
+        return Action(suggestion.code)
+    if suggestion.kind == "patch_function":
+        return Action(patch_action(suggestion.code, suggestion.target or ""))
+    return Retry() if suggestion.kind == "retry" else Skip()
+
+
+def patch_action(source: str, target: str) -> str:
+    """Action code giving the function at `target` the code of `source`, in place.
+
+    Swapping `__code__` keeps the function object, its globals and every reference to it (as
+    jurigged does), and needs neither `exec` nor `compile` in the action.
+    """
+    source = textwrap.dedent(source)
+    found = re.search(r"^(?:async\s+)?def\s+(\w+)", source, re.MULTILINE)
+    if found is None:
+        return source  # not a def: check_action and the safety check will say so
+    temp = f"_daifu_patch_{found.group(1)}"
+    body = source[found.start() : found.start(1)] + temp + source[found.end(1) :]  # decorators left out
+    lines = ["import sys", body.rstrip(), f"_daifu_old = {target}",
+             f"getattr(_daifu_old, '__func__', _daifu_old).__code__ = {temp}.__code__", f"del {temp}, _daifu_old"]
+    return "\n".join(lines)
+
+
+def validate(decision: Decision, crash: Crash) -> Verdict:
+    """Whether `decision` can be applied to `crash`: its code compiles and a surgery stays in its block."""
+    if isinstance(decision, Surgery):
+        return check_surgery(decision.source, _function_info(crash), names=visible_names(crash))
+    if isinstance(decision, Action):
+        return check_action(decision.code)
+    return Verdict()
+
+
+def _function_info(crash: Crash) -> FunctionInfo:
+    return FunctionInfo(name=crash.function_name, qualname=crash.qualname, source=crash.source,
+                        filename=crash.filename, first_lineno=crash.first_lineno, lineno=crash.lineno,
+                        statement=crash.statement, kind=crash.kind)
+
+
+def visible_names(crash: Crash) -> set[str] | None:
+    """The names the crashed function can see, or `None` when its globals are unknown."""
+    if crash.frame is None:
+        return None
+    return set(crash.locals) | set(crash.frame.f_globals) | set(dir(builtins))
+
+
+def _code(decision: Decision) -> str:
+    if isinstance(decision, Surgery):
+        return decision.source
+    return decision.code if isinstance(decision, Action) else ""
+
+
+def _ask_person(crash: Crash, diagnosis: Diagnosis, suggestions: list[Suggestion]) -> Decision | None:
+    if not sys.stdin or not sys.stdin.isatty():
+        return None
+    try:
+        from daifu.approval import approval_prompt
+    except ImportError as error:
+        if error.name not in ("daifu.approval",):
+            raise
+        return None
+    prompt: Callable[[Crash, Diagnosis, list[Suggestion]], Decision | None] = approval_prompt
+    return prompt(crash, diagnosis, suggestions)
+
+
+def _remember(crash: Crash, report: CrashReport, decision: Decision) -> None:
+    text = repr(decision)
+    crash.tried.append((text, "proposed by the repair bot"))
+    given = _given.setdefault(fingerprint(report), [])
+    given.append(text)
+    del given[:-20]
+
+
+def _record(settings: Settings, report: CrashReport, answer: BotAnswer, found: list[tuple[Suggestion, Decision, Verdict]]) -> None:
+    """Append the bot's answer to the workspace; a failure to write never costs the run."""
+    entry = {
+        "fingerprint": fingerprint(report),
+        "function": report.function.qualname,
+        "line": report.function.lineno,
+        "exception": report.exception.type,
+        "approve": settings.approve,
+        "backend": answer.backend_used,
+        "source": answer.source,
+        "fallback_reason": answer.fallback_reason,
+        "diagnosis": answer.diagnosis.model_dump(),
+        "suggestions": [dict(s.model_dump(), valid=v.ok, reasons=list(v.reasons)) for s, _, v in found],
+    }
+    try:
+        os.makedirs(settings.workspace, exist_ok=True)
+        with open(os.path.join(settings.workspace, RECORD_NAME), "a", encoding="utf-8") as record:
+            record.write(json.dumps(entry) + "\n")
+    except OSError as error:
+        logger.warning("Could not record the repair bot's suggestions in {}: {}", settings.workspace, error)

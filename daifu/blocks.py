@@ -1,0 +1,117 @@
+"""Statement paths: where a statement sits in the nested blocks of a function.
+
+A path is a tuple alternating block positions and field names, from the function body down:
+`(3, "body", 0, "handlers.1", 2)` is statement 2 of the second `except` of the `try` that is
+statement 0 of the body of statement 3. Paths name statements independently of code objects, so
+a crash in the fast path and one in a continuation of the same version share a site.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+Path = tuple  # alternating int, str, ..., int
+
+COMPOUND = (ast.For, ast.While, ast.If, ast.With, ast.Try, ast.Match) + (
+    (ast.TryStar,) if hasattr(ast, "TryStar") else ()
+)
+HEADER_KINDS = {ast.For: "for", ast.While: "while", ast.If: "if", ast.With: "with", ast.Match: "match"}
+
+
+def child_blocks(node: ast.stmt) -> Iterator[tuple[str, list[ast.stmt]]]:
+    """The statement lists directly inside a compound statement, with their field names."""
+    if isinstance(node, (ast.For, ast.While, ast.If)):
+        yield "body", node.body
+        yield "orelse", node.orelse
+    elif isinstance(node, ast.With):
+        yield "body", node.body
+    elif isinstance(node, COMPOUND) and hasattr(node, "handlers"):
+        yield "body", node.body
+        for index, handler in enumerate(node.handlers):
+            yield f"handlers.{index}", handler.body
+        yield "orelse", node.orelse
+        yield "finalbody", node.finalbody
+    elif isinstance(node, ast.Match):
+        for index, case in enumerate(node.cases):
+            yield f"cases.{index}", case.body
+
+
+def block_of(node: ast.stmt, field: str) -> list[ast.stmt]:
+    """The statement list `field` of compound statement `node`."""
+    for name, block in child_blocks(node):
+        if name == field:
+            return block
+    raise KeyError(f"{type(node).__name__} has no block {field!r}")
+
+
+def annotate(fdef: ast.FunctionDef) -> None:
+    """Stamp every statement of the function (not of nested scopes) with its path."""
+
+    def walk(block: list[ast.stmt], prefix: Path) -> None:
+        for index, statement in enumerate(block):
+            statement._daifu_path = prefix + (index,)  # type: ignore[attr-defined]
+            for field, child in child_blocks(statement):
+                walk(child, prefix + (index, field))
+
+    walk(fdef.body, ())
+
+
+def path_of(node: ast.stmt) -> Path:
+    """The path stamped by `annotate`."""
+    return node._daifu_path  # type: ignore[attr-defined,no-any-return]
+
+
+def node_at(fdef: ast.FunctionDef, path: Path) -> ast.stmt:
+    """The statement at `path`."""
+    block: list[ast.stmt] = fdef.body
+    for position in range(0, len(path) - 1, 2):
+        block = block_of(block[path[position]], path[position + 1])
+    return block[path[-1]]
+
+
+def block_containing(fdef: ast.FunctionDef, path: Path) -> list[ast.stmt]:
+    """The statement list that holds the statement at `path`."""
+    block: list[ast.stmt] = fdef.body
+    for position in range(0, len(path) - 1, 2):
+        block = block_of(block[path[position]], path[position + 1])
+    return block
+
+
+def _contains(node: ast.stmt, line: int, col: int | None) -> bool:
+    if node.end_lineno is None:
+        return False
+    if col is None:
+        return node.lineno <= line <= node.end_lineno
+    return (node.lineno, node.col_offset) <= (line, col) <= (node.end_lineno, node.end_col_offset or 0)
+
+
+def locate(block: list[ast.stmt], line: int, col: int | None) -> tuple[ast.stmt, bool] | None:
+    """The innermost statement holding source position (line, col), and whether it is a header.
+
+    A position inside a compound statement but outside all of its blocks belongs to its header:
+    the `for` iteration, an `if`/`while` test, a `with` expression, a `match` subject or pattern.
+    """
+    for statement in block:
+        if not _contains(statement, line, col):
+            continue
+        for _field, child in child_blocks(statement):
+            found = locate(child, line, col)
+            if found is not None:
+                return found
+        return statement, isinstance(statement, COMPOUND)
+    return None
+
+
+def assigned_names(node: ast.AST) -> set[str]:
+    """Names a statement (or a loop header's target) binds, not counting nested scopes."""
+    names: set[str] = set()
+    todo: list[ast.AST] = [node]
+    while todo:
+        current = todo.pop()
+        if isinstance(current, ast.Name) and isinstance(current.ctx, (ast.Store, ast.Del)):
+            names.add(current.id)
+        for child in ast.iter_child_nodes(current):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                todo.append(child)
+    return names

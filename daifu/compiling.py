@@ -1,0 +1,79 @@
+"""Compiling generated function definitions as the original was compiled, and binding closures.
+
+A definition is compiled inside a factory that declares the function's free variables, so the
+code object refers to them as closure cells; the factory itself is never run, so decorators,
+default values and annotations are not evaluated again. Methods that use zero-argument `super()`
+are compiled inside a class, which gives their code the implicit `__class__` cell.
+"""
+
+from __future__ import annotations
+
+import __future__
+import ast
+from types import CellType, CodeType, FunctionType
+from typing import Any, Mapping
+
+_FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+
+def future_flags(code: CodeType) -> int:
+    """The `from __future__` flags `code` was compiled with (executing's `compile_similar_to`)."""
+    return code.co_flags & _FUTURE_FLAGS
+
+
+def compile_definition(
+    fdef: ast.FunctionDef, filename: str, flags: int, free_names: tuple[str, ...]
+) -> CodeType:
+    """Compile `fdef` so that the names in `free_names` are its closure variables."""
+    declared = [name for name in free_names if name != "__class__"]
+    body: list[ast.stmt] = []
+    if declared:
+        targets = [ast.Name(id=name, ctx=ast.Store()) for name in declared]
+        body.append(ast.Assign(targets=targets, value=ast.Constant(value=None)))
+    if "__class__" in free_names:
+        body.append(ast.ClassDef(name="@class", bases=[], keywords=[], body=[fdef], decorator_list=[], type_params=[]))
+    else:
+        body.append(fdef)
+    factory = ast.FunctionDef(
+        name="@factory",
+        args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=body,
+        decorator_list=[],
+        returns=None,
+        type_params=[],
+    )
+    module = ast.Module(body=[factory], type_ignores=[])
+    ast.copy_location(factory, fdef)
+    for node in body:
+        ast.copy_location(node, fdef)
+    ast.fix_missing_locations(module)
+    code = compile(module, filename, "exec", flags=flags, dont_inherit=True)
+    return _find_code(code, fdef.name)
+
+
+def _find_code(code: CodeType, name: str) -> CodeType:
+    todo = [code]
+    while todo:
+        current = todo.pop()
+        for constant in current.co_consts:
+            if isinstance(constant, CodeType):
+                if constant.co_name == name and current.co_name in ("@factory", "@class"):
+                    return constant
+                todo.append(constant)
+    raise LookupError(f"no code object named {name!r} was compiled")
+
+
+def make_function(
+    code: CodeType,
+    globals_: dict[str, Any],
+    cells: Mapping[str, CellType],
+    defaults: tuple[Any, ...] | None = None,
+) -> FunctionType:
+    """A function of `code` whose closure takes each free variable's cell from `cells` by name.
+
+    A free variable with no cell there gets a new empty cell.
+    """
+    closure = tuple(cells[name] if name in cells else CellType() for name in code.co_freevars)
+    return FunctionType(code, globals_, code.co_name, defaults, closure or None)

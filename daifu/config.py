@@ -1,0 +1,124 @@
+"""Settings: the seed's `TRANSFORM_REGISTRY` switches, `configure()`, and `DAIFU_*` variables.
+
+Precedence, highest first: a value given to `configure()`, the environment variable, the
+default. The seed switches in `TRANSFORM_REGISTRY` keep working beside them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Callable
+
+MODES = ("interactive", "automatic", "replay", "off")
+APPROVALS = ("ask", "auto", "never")
+
+TRANSFORM_REGISTRY: dict[str, Any] = {
+    "IS_AUTOMATIC": False,
+    "REPEAT_ACTIONS": None,
+    "DIRECTLY_RETRY": False,
+    "DIRECTLY_RETRY_FIRST": False,
+}
+
+
+class ConfigError(ValueError):
+    """A setting has a value DaiFu cannot use; the message names the setting and the value."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective configuration.
+
+    mode: what happens on a crash no policy decides — `interactive` (the console when a person
+        is at a terminal, else `Raise`), `automatic` (ask the repair bot), `replay` (re-apply the
+        recorded repairs), `off` (`transform` returns functions untouched).
+    approve: for repair-bot suggestions — `ask` (a prompt), `auto` (apply the best safe one),
+        `never` (record them and raise).
+    bot_url: the repair bot's base URL; `None` means the embedded rules engine, in-process.
+    max_attempts: repairs allowed at one site without progress before falling back to `Raise`.
+    workspace: the folder for workspace files and the JSON-lines record.
+    """
+
+    mode: str = "interactive"
+    approve: str = "ask"
+    bot_url: str | None = None
+    max_attempts: int = 3
+    workspace: Path = Path("daifu_workspace")
+
+
+_ENV = {
+    "mode": "DAIFU_MODE",
+    "approve": "DAIFU_APPROVE",
+    "bot_url": "DAIFU_REPAIRBOT_URL",
+    "max_attempts": "DAIFU_MAX_ATTEMPTS",
+    "workspace": "DAIFU_WORKSPACE",
+}
+_given: dict[str, Any] = {}
+_policy: list[Callable[..., Any] | None] = [None]
+
+
+def _checked(name: str, value: Any, source: str) -> Any:
+    if name == "mode" and value not in MODES:
+        raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(MODES)}.")
+    if name == "approve" and value not in APPROVALS:
+        raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(APPROVALS)}.")
+    if name == "max_attempts":
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source} has value {value!r}: not a whole number.") from None
+        if number < 1:
+            raise ConfigError(f"{source} has value {value!r}: it must be at least 1.")
+        return number
+    if name == "workspace":
+        return Path(value)
+    if name == "bot_url" and value is not None and not str(value).startswith(("http://", "https://")):
+        raise ConfigError(f"{source} has value {value!r}: not an http(s) URL.")
+    return value
+
+
+def configure(**changes: Any) -> Settings:
+    """Set DaiFu's behaviour from code; returns the effective settings.
+
+    `configure(mode="automatic", approve="auto")`; a value of `None` returns a setting to its
+    environment variable or default.
+    """
+    known = {f.name for f in fields(Settings)}
+    for name, value in changes.items():
+        if name not in known:
+            raise ConfigError(f"Unknown setting {name!r}; known: {', '.join(sorted(known))}.")
+        if value is None:
+            _given.pop(name, None)
+        else:
+            _given[name] = _checked(name, value, f"configure({name}=...)")
+    return settings()
+
+
+def settings() -> Settings:
+    """The effective settings now: `configure()` values, then environment, then defaults."""
+    values: dict[str, Any] = {}
+    for name, variable in _ENV.items():
+        if name in _given:
+            values[name] = _given[name]
+        elif os.environ.get(variable):
+            values[name] = _checked(name, os.environ[variable], f"Environment variable {variable}")
+    result = replace(Settings(), **values)
+    if TRANSFORM_REGISTRY.get("IS_AUTOMATIC") and "mode" not in _given:
+        result = replace(result, mode="automatic")
+    return result
+
+
+def set_policy(fn: Callable[..., Any] | None) -> None:
+    """Install `fn(crash)`, asked first on every crash; it returns a decision or `None`.
+
+    `None` falls through to the configured mode. `set_policy(None)` removes the policy.
+    """
+    if fn is not None and not callable(fn):
+        raise TypeError(f"set_policy() takes a callable or None, not {type(fn).__name__}.")
+    _policy[0] = fn
+
+
+def policy() -> Callable[..., Any] | None:
+    """The installed policy, if any."""
+    return _policy[0]

@@ -1,0 +1,47 @@
+"""`Crash`: what a policy, the console and the repair bot receive when a statement raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Callable, Mapping
+
+
+@dataclass
+class Crash:
+    """One intercepted crash, described in the user's own file and line numbers.
+
+    `locals` is a read-only snapshot of the live local values at the faulty point; `frame` is the
+    live frame itself (the console inspects it), `None` once execution has moved on.
+    `kind` is `"statement"` for an ordinary statement, or the keyword of the compound statement
+    whose header raised (`"for"`, `"while"`, `"if"`, `"with"`, `"match"`).
+    `tried` lists the repairs already attempted for this crash, as `(decision, outcome)` strings.
+    `check(decision)` tells, without applying anything, why a decision would be refused (a
+    surgery that does not compile, renames the function...), or returns `None`.
+    """
+
+    exception: BaseException
+    function_name: str
+    qualname: str
+    source: str
+    filename: str
+    first_lineno: int
+    lineno: int
+    statement: str
+    kind: str
+    locals: Mapping[str, Any]
+    attempt: int
+    traceback_text: str
+    frame: FrameType | None = None
+    tried: list[tuple[str, str]] = field(default_factory=list)
+    check: Callable[[Any], str | None] = field(default=lambda decision: None, repr=False)
+
+    @property
+    def site(self) -> tuple[str, str, int]:
+        """Function, file and line: what two crashes must share to be "the same crash"."""
+        return (self.qualname, self.filename, self.lineno)
+
+    @property
+    def exception_type(self) -> str:
+        """The exception's class name, as a record or a report prints it."""
+        return type(self.exception).__name__

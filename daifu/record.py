@@ -1,0 +1,156 @@
+"""The record of a run: `experiment_record.log` (seed format) and `daifu_workspace/repairs.jsonl`.
+
+The log has, in order, `Program Begin`, per crash `Repair N Begin`, `Repairing... <Play>` for
+each play taken, `Repair N End` (or `Repair Fails`), and `Program End`; loguru's timestamps make
+restore times measurable from it. The JSON-lines file holds one object per repair. Writing
+either never costs the run: an `OSError` is reported once and the run goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from daifu import config
+from daifu.crash import Crash
+from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+
+RECORD_FILE = "experiment_record.log"
+_PLAYS = {Surgery: "Surgery", Action: "Action", Skip: "Pass", Retry: "Retry", Raise: "Raise"}
+
+history: list[dict[str, Any]] = []
+"""Every repair of this run, as written to `repairs.jsonl` (newest last)."""
+
+_lock = threading.Lock()
+_numbers = itertools.count(1)
+_current = threading.local()
+_sink: dict[str, Any] = {}
+_log = logger.bind(daifu_record=True)
+
+
+def _record_path() -> Path:
+    return Path(os.environ.get("DAIFU_RECORD") or RECORD_FILE)
+
+
+def _ensure_sink() -> None:
+    path = _record_path().resolve()
+    if _sink.get("path") == path:
+        return
+    with _lock:
+        if _sink.get("path") == path:
+            return
+        if "id" in _sink:
+            logger.remove(_sink["id"])
+        try:
+            _sink["id"] = logger.add(path, filter=lambda r: r["extra"].get("daifu_record", False), enqueue=False)
+        except OSError as error:
+            warnings.warn(f"DaiFu cannot write its record {path}: {error}", RuntimeWarning, 3)
+            _sink.pop("id", None)
+        _sink["path"] = path
+        _log.info("Program Begin")
+
+
+def program_begin() -> None:
+    """Write `Program Begin` (once per record file)."""
+    _ensure_sink()
+
+
+def log_program_end(value: Any = "") -> None:
+    """Write the `Program End` line, with the run's quality measure when given (seed API)."""
+    _ensure_sink()
+    _log.info(f"Program End with Quality Measure {value}" if value != "" else "Program End")
+
+
+def note(text: str) -> None:
+    """A free line in the record (refusals, fallbacks)."""
+    _ensure_sink()
+    _log.warning(text)
+
+
+def play_name(decision: Decision) -> str:
+    """The seed's name of a decision's play: Surgery, Action, Pass, Retry or Raise."""
+    return _PLAYS.get(type(decision), type(decision).__name__)
+
+
+@dataclass
+class Entry:
+    """One repair being recorded: begun at the crash, ended when execution resumes."""
+
+    number: int
+    crash: Crash
+    plays: list[str] = field(default_factory=list)
+    decision: Decision | None = None
+    decided_by: str = ""
+
+    def decided(self, decision: Decision, decided_by: str) -> None:
+        self.decision, self.decided_by = decision, decided_by
+        self.plays.append(play_name(decision))
+        _log.info(f"Repairing... {play_name(decision)}")
+
+    def refused(self, decision: Decision, decided_by: str, reason: str) -> None:
+        _log.warning(f"Repair {self.number}: {play_name(decision)} from {decided_by} refused: {reason}")
+
+    def resumed(self, seconds: float) -> None:
+        _log.info(f"Repair {self.number} End")
+        self._write(seconds * 1000.0)
+
+    def failed(self, decided_by: str) -> None:
+        self.decided_by = self.decided_by or decided_by
+        _log.info("Repair Fails")
+        self._write(None)
+
+    def _write(self, duration_ms: float | None) -> None:
+        decision = self.decision
+        code = getattr(decision, "source", None) or getattr(decision, "code", None)
+        item = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "repair": self.number,
+            "function": self.crash.qualname,
+            "file": self.crash.filename,
+            "line": self.crash.lineno,
+            "kind": self.crash.kind,
+            "statement": self.crash.statement,
+            "exception_type": self.crash.exception_type,
+            "exception_message": str(self.crash.exception),
+            "decision": play_name(decision) if decision is not None else "Raise",
+            "code": code,
+            "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,
+            "decided_by": self.decided_by,
+            "plays": self.plays,
+            "pid": os.getpid(),
+        }
+        history.append(item)
+        folder = config.settings().workspace
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / "repairs.jsonl", "a", encoding="utf-8") as stream:
+                stream.write(json.dumps(item) + "\n")
+        except OSError as error:
+            warnings.warn(f"DaiFu cannot write {folder / 'repairs.jsonl'}: {error}", RuntimeWarning, 2)
+
+
+def begin(crash: Crash) -> Entry:
+    """Start recording the repair of `crash`: writes `Repair N Begin`."""
+    _ensure_sink()
+    entry = Entry(next(_numbers), crash)
+    _current.number = entry.number
+    _log.info(f"Repair {entry.number} Begin")
+    return entry
+
+
+def current_number() -> int:
+    """The number N of the repair this thread began last (`Repair N Begin`); 0 before any.
+
+    The console and the replay name their workspace files `(surgery-N)...` after it, so the
+    files, the log and `repairs.jsonl` of one repair share one number.
+    """
+    return int(getattr(_current, "number", 0))

@@ -1,0 +1,371 @@
+"""The crash report: what the repair bot, the console's `report` command and the record see.
+
+A report is plain data (pydantic models, shared with `repairbot`), built from a `Crash` without
+running user code beyond the summaries of `daifu.summary`, bounded in size, and free of secrets:
+variables with secret-looking names are redacted and no environment variable's value is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import linecache
+import os
+import platform
+import sys
+import sysconfig
+import traceback
+from types import FrameType
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, Field
+
+from daifu.crash import Crash
+from daifu.summary import Summary, summarize_namespace, truncate
+
+MAX_REPORT_BYTES = 256 * 1024
+_MAX_CAUSES = 5
+_MAX_MESSAGE = 4000
+_MAX_CALLEE_SOURCE = 8000
+
+
+class Variable(BaseModel):
+    """One live value, summarized (see `daifu.summary`)."""
+
+    type: str
+    text: str
+    facts: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChainedException(BaseModel):
+    """An exception in the chain: `cause` came from `raise ... from`, `context` from an except block."""
+
+    relation: Literal["cause", "context"]
+    type: str
+    message: str
+
+
+class ExceptionInfo(BaseModel):
+    """The exception that reached the vaccinated statement, with the exceptions chained to it."""
+
+    type: str
+    module: str
+    message: str
+    chain: list[ChainedException] = Field(default_factory=list)
+
+
+class Frame(BaseModel):
+    """One frame from the vaccinated function down to where the exception was raised.
+
+    `library` marks code installed with Python or in site-packages, which a repair does not
+    change. `source` and `first_lineno` are given for user callees whose source could be read,
+    so that a repair can patch them; the vaccinated function's source is in `FunctionInfo`.
+    """
+
+    filename: str
+    lineno: int
+    function: str
+    code: str
+    locals: dict[str, Variable] = Field(default_factory=dict)
+    qualname: str = ""
+    module: str = ""
+    library: bool = False
+    source: str | None = None
+    first_lineno: int | None = None
+
+
+class FunctionInfo(BaseModel):
+    """The vaccinated function and its faulty statement, in the user's own file and lines."""
+
+    name: str
+    qualname: str
+    source: str
+    filename: str
+    first_lineno: int
+    lineno: int
+    statement: str
+    kind: str
+
+
+class Device(BaseModel):
+    """One accelerator, with the memory free on it when the report was built."""
+
+    index: int
+    name: str
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+
+
+class Environment(BaseModel):
+    """Versions and devices; never the process environment, which holds credentials."""
+
+    python: str
+    platform: str
+    torch: str | None = None
+    cuda: str | None = None
+    devices: list[Device] = Field(default_factory=list)
+
+
+class Attempt(BaseModel):
+    """A repair already tried on this crash, and what came of it."""
+
+    decision: str
+    outcome: str
+
+
+class CrashReport(BaseModel):
+    """Everything the repair bot is told about one crash."""
+
+    exception: ExceptionInfo
+    function: FunctionInfo
+    frames: list[Frame]
+    variables: dict[str, Variable]
+    environment: Environment
+    tried: list[Attempt] = Field(default_factory=list)
+    attempt: int = 1
+    truncated: bool = False
+
+
+def build_report(crash: Crash) -> CrashReport:
+    """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON."""
+    report = CrashReport(
+        exception=_exception_info(crash.exception),
+        function=FunctionInfo(
+            name=crash.function_name,
+            qualname=crash.qualname,
+            source=crash.source,
+            filename=crash.filename,
+            first_lineno=crash.first_lineno,
+            lineno=crash.lineno,
+            statement=crash.statement,
+            kind=crash.kind,
+        ),
+        frames=_frames(crash),
+        variables=_variables(summarize_namespace(crash.locals)),
+        environment=environment(),
+        tried=[Attempt(decision=truncate(d, 2000), outcome=truncate(o, 500)) for d, o in crash.tried],
+        attempt=crash.attempt,
+    )
+    return bound(report)
+
+
+def fingerprint(report: CrashReport) -> str:
+    """A stable hash of function, file, line and exception type.
+
+    It leaves out messages and values, so the same crash on several ranks (or epochs) shares it.
+    """
+    f = report.function
+    key = f"{f.qualname}\0{f.filename}\0{f.lineno}\0{report.exception.module}.{report.exception.type}"
+    return hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def environment() -> Environment:
+    """Python, PyTorch and CUDA versions, and each GPU's free memory, if PyTorch is loaded."""
+    env = Environment(python=platform.python_version(), platform=platform.platform())
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return env
+    env.torch = str(torch.__version__)
+    env.cuda = torch.version.cuda
+    try:
+        if torch.cuda.is_available():
+            env.devices = [_device(torch, index) for index in range(torch.cuda.device_count())]
+    except Exception:  # a broken driver must not cost the report
+        pass
+    return env
+
+
+def _device(torch: Any, index: int) -> Device:
+    device = Device(index=index, name=torch.cuda.get_device_name(index))
+    device.free_bytes, device.total_bytes = torch.cuda.mem_get_info(index)
+    return device
+
+
+def _exception_info(error: BaseException) -> ExceptionInfo:
+    cls = type(error)
+    return ExceptionInfo(
+        type=cls.__qualname__, module=cls.__module__, message=_message(error), chain=list(_chain(error))
+    )
+
+
+def _message(error: BaseException) -> str:
+    try:
+        return truncate(str(error), _MAX_MESSAGE)
+    except Exception:
+        return "<str() of the exception failed>"
+
+
+def _chain(error: BaseException) -> Iterator[ChainedException]:
+    """The causes and contexts of `error`, as Python prints them, stopping at a cycle."""
+    seen = {id(error)}
+    current: BaseException | None = error
+    for _ in range(_MAX_CAUSES):
+        if current is None:
+            return
+        if current.__cause__ is not None:
+            nxt, relation = current.__cause__, "cause"
+        elif current.__context__ is not None and not current.__suppress_context__:
+            nxt, relation = current.__context__, "context"
+        else:
+            return
+        if id(nxt) in seen:
+            return
+        seen.add(id(nxt))
+        yield ChainedException(relation=relation, type=type(nxt).__qualname__, message=_message(nxt))
+        current = nxt
+
+
+def _frames(crash: Crash) -> list[Frame]:
+    entries = list(traceback.walk_tb(crash.exception.__traceback__))
+    start = _start_index(entries, crash)
+    frames = []
+    for position, (frame, lineno) in enumerate(entries[start:]):
+        if position == 0:
+            frames.append(_frame(frame, crash.lineno, crash.locals, callee=False, filename=crash.filename))
+        else:
+            frames.append(_frame(frame, lineno, frame.f_locals, callee=True))
+    if not frames:  # the runtime gave a crash without its traceback
+        frames.append(Frame(filename=crash.filename, lineno=crash.lineno, function=crash.function_name,
+                            code=crash.statement.strip(), locals=_variables(summarize_namespace(crash.locals))))
+    return frames
+
+
+def _start_index(entries: list[tuple[FrameType, int]], crash: Crash) -> int:
+    """The vaccinated function's frame: the last one at the faulty line of the user's file."""
+    last_line = crash.first_lineno + crash.source.count("\n")
+    exact = [i for i, (f, line) in enumerate(entries) if f.f_code.co_filename == crash.filename and line == crash.lineno]
+    inside = [i for i, (f, line) in enumerate(entries)
+              if f.f_code.co_filename == crash.filename and crash.first_lineno <= line <= last_line]
+    candidates = exact or inside
+    return candidates[-1] if candidates else 0
+
+
+def _frame(frame: FrameType, lineno: int, values: Any, *, callee: bool, filename: str | None = None) -> Frame:
+    name = filename or frame.f_code.co_filename
+    result = Frame(
+        filename=name,
+        lineno=lineno,
+        function=frame.f_code.co_name,
+        qualname=getattr(frame.f_code, "co_qualname", frame.f_code.co_name),
+        module=str(frame.f_globals.get("__name__", "")),
+        library=is_library(name),
+        code=_line(name, lineno, frame),
+        locals=_variables(summarize_namespace(values)),
+    )
+    if callee and not result.library:
+        result.source, result.first_lineno = _callee_source(frame)
+    return result
+
+
+def is_library(filename: str) -> bool:
+    """Whether `filename` belongs to Python itself or an installed package rather than the user."""
+    if filename.startswith("<"):
+        return not filename.startswith(("<stdin", "<string", "<daifu", "<ipython"))
+    path = os.path.abspath(filename)
+    roots = {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return "site-packages" in path or "dist-packages" in path or any(path.startswith(r + os.sep) for r in roots if r)
+
+
+def _line(filename: str, lineno: int, frame: FrameType) -> str:
+    return linecache.getline(filename, lineno, frame.f_globals).strip()
+
+
+def _callee_source(frame: FrameType) -> tuple[str | None, int | None]:
+    try:
+        lines, first = inspect.getsourcelines(frame.f_code)
+    except (OSError, TypeError):
+        return None, None
+    source = "".join(lines)
+    return (source, first) if len(source) <= _MAX_CALLEE_SOURCE else (None, None)
+
+
+def _variables(summaries: dict[str, Summary]) -> dict[str, Variable]:
+    return {name: Variable(type=s.type, text=s.text, facts=s.facts) for name, s in summaries.items()}
+
+
+def bound(report: CrashReport, limit: int = MAX_REPORT_BYTES) -> CrashReport:
+    """`report`, shrunk step by step until its JSON fits in `limit` bytes."""
+    for shrink in _SHRINK_STEPS:
+        if _size(report) <= limit:
+            return report
+        report = shrink(report.model_copy(deep=True))
+        report.truncated = True
+    return report
+
+
+def _size(report: CrashReport) -> int:
+    return len(report.model_dump_json().encode())
+
+
+def _keep_end_frames(report: CrashReport) -> CrashReport:
+    if len(report.frames) > 6:
+        report.frames = report.frames[:2] + report.frames[-4:]
+    return report
+
+
+def _drop_callee_locals(report: CrashReport) -> CrashReport:
+    for frame in report.frames[1:]:
+        frame.locals = {}
+        frame.source = None
+    return report
+
+
+def _fewer_variables(report: CrashReport) -> CrashReport:
+    report.variables = dict(list(report.variables.items())[:40])
+    report.frames[0].locals = {}  # the same values as `variables`
+    return report
+
+
+def _short_texts(report: CrashReport) -> CrashReport:
+    for variable in report.variables.values():
+        variable.text = truncate(variable.text, 80)
+        variable.facts = {k: v for k, v in variable.facts.items() if len(repr(v)) < 200}
+    report.tried = report.tried[-5:]
+    return report
+
+
+def _short_source(report: CrashReport) -> CrashReport:
+    report.function.source = truncate(report.function.source, 64 * 1024)
+    report.exception.message = truncate(report.exception.message, 1000)
+    report.frames = [report.frames[0], report.frames[-1]] if len(report.frames) > 1 else report.frames
+    return report
+
+
+_SHRINK_STEPS = [_keep_end_frames, _drop_callee_locals, _fewer_variables, _short_texts, _short_source, lambda r: r]
+
+
+def render_report_text(report: CrashReport) -> str:
+    """The report as the console's `report` command shows it."""
+    return "\n".join(_render_lines(report))
+
+
+def _render_lines(report: CrashReport) -> Iterator[str]:
+    f, e = report.function, report.exception
+    yield f"Crash report {fingerprint(report)} (attempt {report.attempt})"
+    yield f"  {e.module}.{e.type}: {e.message}" if e.module != "builtins" else f"  {e.type}: {e.message}"
+    for link in e.chain:
+        yield f"  {'caused by' if link.relation == 'cause' else 'while handling'} {link.type}: {link.message}"
+    yield ""
+    yield f"In {f.qualname} ({f.filename}:{f.lineno}), {f.kind}:"
+    yield from (f"    {line}" for line in f.statement.splitlines())
+    yield ""
+    yield "Traceback, from the vaccinated function down:"
+    for frame in report.frames:
+        yield f"  File {frame.filename!r}, line {frame.lineno}, in {frame.function}"
+        if frame.code:
+            yield f"    {frame.code}"
+    yield ""
+    yield "Live variables:"
+    for name, variable in report.variables.items():
+        yield f"  {name} = {variable.text}"
+    yield ""
+    env = report.environment
+    yield f"Environment: Python {env.python}, torch {env.torch or '-'}, CUDA {env.cuda or '-'}, {env.platform}"
+    for device in env.devices:
+        free = f", {device.free_bytes / 2**30:.1f} GiB free" if device.free_bytes is not None else ""
+        yield f"  cuda:{device.index} {device.name}{free}"
+    if report.tried:
+        yield "Repairs tried:"
+        yield from (f"  {attempt.decision} -> {attempt.outcome}" for attempt in report.tried)
+    if report.truncated:
+        yield f"(shortened to fit {MAX_REPORT_BYTES // 1024} KiB)"

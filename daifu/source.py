@@ -1,0 +1,77 @@
+"""Reading a function's source and parsing it with the user's own line and column numbers."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from types import FunctionType
+
+
+class SourceUnavailable(Exception):
+    """The function's source cannot be read (defined through `exec`, shipped without source)."""
+
+
+def function_source(fn: FunctionType) -> tuple[str, int]:
+    """The source of `fn` (decorators included) and the file line where it starts."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as error:
+        raise SourceUnavailable(str(error)) from None
+    return "".join(lines), max(first, 1)
+
+
+def parse_function(source: str, first_lineno: int, name: str | None = None) -> ast.FunctionDef:
+    """Parse `source` (one `def`, possibly indented) with locations as in the user's file.
+
+    An indented method is parsed under an `if 1:` header instead of being dedented, so that
+    column offsets, which tracebacks use for their carets, stay those of the file.
+    """
+    indented = source[:1] in " \t"
+    text = "if 1:\n" + source if indented else source
+    try:
+        module = ast.parse(text)
+    except SyntaxError:
+        module = ast.parse(textwrap.dedent(source))
+        indented = False
+    body = module.body[0].body if indented and isinstance(module.body[0], ast.If) else module.body
+    defs = [node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if len(defs) != 1 or len(body) != 1:
+        raise SyntaxError("the source must hold exactly one function definition")
+    fdef = defs[0]
+    if name is not None and fdef.name != name:
+        raise SyntaxError(f"the source defines {fdef.name!r}, not {name!r}")
+    ast.increment_lineno(module, first_lineno - (2 if indented else 1))
+    return fdef  # type: ignore[return-value]
+
+
+def normalize(fdef: ast.FunctionDef) -> ast.FunctionDef:
+    """Drop the decorators (they were already applied) and split `with a, b:` into nested withs.
+
+    Nested single-item `with` statements behave exactly as one multi-item statement, and give each
+    context manager its own place to resume in.
+    """
+    fdef.decorator_list = []
+    splitter = _SplitWith()
+    fdef.body = [splitter.visit(statement) for statement in fdef.body]
+    return fdef
+
+
+class _SplitWith(ast.NodeTransformer):
+    """Splits multi-item `with` statements, leaving nested scopes alone."""
+
+    def _leave(self, node: ast.AST) -> ast.AST:
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _leave
+
+    def visit_With(self, node: ast.With) -> ast.AST:
+        self.generic_visit(node)
+        inner: list[ast.stmt] = node.body
+        for item in reversed(node.items[1:]):
+            nested = ast.copy_location(ast.With(items=[item], body=inner), item.context_expr)
+            nested.end_lineno, nested.end_col_offset = node.end_lineno, node.end_col_offset
+            inner = [nested]
+        node.items = node.items[:1]
+        node.body = inner
+        return node

@@ -1,0 +1,227 @@
+"""Bounded, redacted summaries of live values, for crash reports.
+
+A crash report travels to the repair bot and may be shown or stored, so a summary never holds a
+whole value: a tensor is described by shape, dtype and device, a model by class and size, a
+container by length and a few items. Each summary is a short text plus a few `facts` (plain
+JSON values) that the rules engine reads without parsing the text.
+
+PyTorch is looked at only when the user's program already imported it, so DaiFu runs without it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any, Mapping
+
+MAX_TEXT = 300
+"""Characters in one summary's text."""
+_SMALL_TENSOR = 1_000_000
+"""Elements up to which min/max/mean and NaN counts are computed; a bigger tensor costs too much."""
+_ITEMS = 3
+_LISTING = 2000
+"""Directory entries read to find a near name for a missing path."""
+_SECRET = re.compile(r"key|token|secret|passw|credential", re.IGNORECASE)
+_PATHLIKE = re.compile(r"^(~|\.{1,2})?[\w.~-]*[/\\]|\.(pt|pth|ckpt|bin|safetensors|json|ya?ml|csv|txt|npy|npz|pkl)$")
+
+Fact = str | int | float | bool | None | list[Any]
+
+
+@dataclass
+class Summary:
+    """What a report says about one value: its type, a short text, and machine-readable facts."""
+
+    type: str
+    text: str
+    facts: dict[str, Fact] = field(default_factory=dict)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable's name suggests a credential, whose value must never leave the process."""
+    return bool(_SECRET.search(name))
+
+
+def summarize_namespace(values: Mapping[str, Any], limit: int = 200) -> dict[str, Summary]:
+    """Summaries of at most `limit` variables, secrets redacted, dunder names left out."""
+    result: dict[str, Summary] = {}
+    for name, value in values.items():
+        if len(result) >= limit:
+            break
+        if name.startswith("__") or name.startswith("@"):
+            continue
+        result[name] = redacted() if is_secret_name(name) else summarize(value)
+    return result
+
+
+def redacted() -> Summary:
+    """The summary that stands in for a secret's value."""
+    return Summary("redacted", "<redacted>")
+
+
+def summarize(value: Any) -> Summary:
+    """A bounded summary of any value; a value whose inspection fails is described, not raised."""
+    try:
+        summary = _dispatch(value)
+    except Exception as error:  # a user object's __repr__ or property may raise anything
+        summary = Summary(type(value).__name__, f"<summary failed: {type(error).__name__}>")
+    summary.text = truncate(summary.text)
+    return summary
+
+
+def truncate(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` cut to `limit` characters, with an ellipsis saying it was cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _dispatch(value: Any) -> Summary:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        found = _torch_summary(torch, value)
+        if found is not None:
+            return found
+    if value is None or isinstance(value, (bool, int, float, complex)):
+        return _number(value)
+    if isinstance(value, (PurePath, os.DirEntry)):
+        return _path(os.fspath(value), type(value).__name__)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, (bytes, bytearray)):
+        return Summary(type(value).__name__, f"{type(value).__name__} of length {len(value)}", {"len": len(value)})
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return _container(value)
+    return Summary(_type_name(value), repr(value)[:MAX_TEXT])
+
+
+def _type_name(value: Any) -> str:
+    cls = type(value)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _number(value: Any) -> Summary:
+    facts: dict[str, Fact] = {}
+    if isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        facts["value"] = value
+    elif isinstance(value, float):
+        facts["nonfinite"] = True
+    return Summary(type(value).__name__, repr(value), facts)
+
+
+def _string(value: str) -> Summary:
+    if len(value) < 4096 and "\n" not in value and _PATHLIKE.search(value):
+        return _path(value, "str")
+    return Summary("str", repr(value), {"len": len(value)})
+
+
+def _path(path: str, type_name: str) -> Summary:
+    """A path with whether it and its parent exist, and near names when it does not."""
+    exists = os.path.exists(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    facts: dict[str, Fact] = {"path": path, "exists": exists, "parent": parent, "parent_exists": os.path.isdir(parent)}
+    if not exists and facts["parent_exists"]:
+        facts["close"] = _close_names(parent, os.path.basename(path))
+    state = "exists" if exists else ("missing" if facts["parent_exists"] else "missing, parent missing too")
+    return Summary(type_name, f"{path!r} ({state})", facts)
+
+
+def _close_names(folder: str, name: str) -> list[str]:
+    try:
+        with os.scandir(folder) as entries:
+            names = [entry.name for _, entry in zip(range(_LISTING), entries)]
+    except OSError:
+        return []
+    return difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+
+
+def _container(value: Any) -> Summary:
+    name = type(value).__name__
+    if isinstance(value, dict):
+        shown = [f"{key!r}: {_brief(item)}" for key, item in itertools.islice(value.items(), _ITEMS)]
+    else:
+        shown = [_brief(item) for item in itertools.islice(value, _ITEMS)]
+    more = ", ..." if len(value) > _ITEMS else ""
+    return Summary(name, f"{name} of length {len(value)}: [{', '.join(shown)}{more}]", {"len": len(value)})
+
+
+def _brief(item: Any) -> str:
+    """An item inside a container: nested containers by length only, so depth costs nothing."""
+    if isinstance(item, (list, tuple, set, frozenset, dict)):
+        return f"{type(item).__name__} of length {len(item)}"
+    return truncate(summarize(item).text, 60)
+
+
+def _torch_summary(torch: Any, value: Any) -> Summary | None:
+    if isinstance(value, torch.Tensor):
+        return _tensor(torch, value)
+    if isinstance(value, torch.nn.Module):
+        return _module(value)
+    if isinstance(value, torch.optim.Optimizer):
+        return _optimizer(value)
+    loader_type = getattr(getattr(torch.utils, "data", None), "DataLoader", None)
+    if loader_type is not None and isinstance(value, loader_type):
+        return _loader(value)
+    return None
+
+
+def _tensor(torch: Any, value: Any) -> Summary:
+    facts: dict[str, Fact] = {
+        "shape": list(value.shape),
+        "dtype": str(value.dtype).removeprefix("torch."),
+        "device": str(value.device),
+        "requires_grad": bool(value.requires_grad),
+        "contiguous": bool(value.is_contiguous()),
+    }
+    text = f"Tensor shape={tuple(value.shape)} dtype={facts['dtype']} device={facts['device']}"
+    if value.requires_grad:
+        text += " requires_grad"
+    if value.device.type != "meta" and value.numel() <= _SMALL_TENSOR and value.is_floating_point():
+        with torch.no_grad():
+            data = value.detach()
+            facts["nan"] = int(torch.isnan(data).sum())
+            facts["inf"] = int(torch.isinf(data).sum())
+            finite = data[torch.isfinite(data)]
+            if finite.numel():
+                facts.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.float().mean()))
+        text += f" nan={facts['nan']} inf={facts['inf']}"
+        if "min" in facts:
+            text += f" min={facts['min']:.4g} max={facts['max']:.4g} mean={facts['mean']:.4g}"
+    return Summary("Tensor", text, facts)
+
+
+def _module(value: Any) -> Summary:
+    params = list(value.parameters())
+    count = sum(p.numel() for p in params)
+    facts: dict[str, Fact] = {"class": type(value).__name__, "parameters": count}
+    if params:
+        facts["device"] = str(params[0].device)
+        facts["dtype"] = str(params[0].dtype).removeprefix("torch.")
+    linears = [
+        [name, int(module.in_features), int(module.out_features)]
+        for name, module in value.named_modules()
+        if hasattr(module, "in_features") and hasattr(module, "out_features")
+    ]
+    if linears:
+        facts["linears"] = linears[:50]
+    return Summary(type(value).__name__, f"{type(value).__name__} ({count} parameters): {repr(value)}", facts)
+
+
+def _optimizer(value: Any) -> Summary:
+    groups = [{k: v for k, v in group.items() if k != "params"} for group in value.param_groups]
+    hyper = {k: v for k, v in groups[0].items() if isinstance(v, (int, float, bool, str, tuple))} if groups else {}
+    facts: dict[str, Fact] = {"class": type(value).__name__, "groups": len(groups)}
+    facts.update({k: v for k, v in hyper.items() if isinstance(v, (int, float, bool, str))})
+    return Summary(type(value).__name__, f"{type(value).__name__}({len(groups)} groups) {hyper}", facts)
+
+
+def _loader(value: Any) -> Summary:
+    facts: dict[str, Fact] = {"class": "DataLoader", "batch_size": value.batch_size}
+    try:
+        facts["dataset_len"] = len(value.dataset)
+    except TypeError:  # an IterableDataset has no length
+        facts["dataset_len"] = None
+    return Summary("DataLoader", f"DataLoader batch_size={value.batch_size} dataset_len={facts['dataset_len']}", facts)

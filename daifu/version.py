@@ -1,0 +1,102 @@
+"""`Version`: one source text of a vaccinated function, parsed, analysed and compiled."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from types import CodeType
+
+from daifu.blocks import COMPOUND, annotate, child_blocks
+from daifu.compiling import compile_definition
+from daifu.rewrite import Rewriter, Scope
+from daifu.source import normalize, parse_function
+
+
+@dataclass
+class Version:
+    """A source of the function and everything derived from it.
+
+    `fdef` is the normalized, path-annotated tree: the reference for locating crashes and for
+    mapping a surgery; generated code shares its nodes but never changes them.
+    """
+
+    number: int
+    source: str
+    first_lineno: int
+    fdef: ast.FunctionDef
+    scope: Scope
+    fast_code: CodeType
+    plain_code: CodeType
+
+    @property
+    def rewriter(self) -> Rewriter:
+        return Rewriter(self.scope)
+
+    def line_text(self, lineno: int) -> str:
+        """The text of file line `lineno`, as this version's source has it."""
+        lines = self.source.splitlines()
+        index = lineno - self.first_lineno
+        return lines[index] if 0 <= index < len(lines) else ""
+
+    def statement_text(self, node: ast.stmt, header_only: bool) -> str:
+        """The source of a statement; of a compound statement's header line only when asked."""
+        last = node.lineno if header_only else (node.end_lineno or node.lineno)
+        lines = [self.line_text(number) for number in range(node.lineno, last + 1)]
+        indent = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
+        return "\n".join(line[indent:] for line in lines).rstrip()
+
+
+def _walk_function(fdef: ast.FunctionDef) -> list[ast.stmt]:
+    found: list[ast.stmt] = []
+
+    def walk(block: list[ast.stmt]) -> None:
+        for statement in block:
+            found.append(statement)
+            for _field, child in child_blocks(statement):
+                walk(child)
+
+    walk(fdef.body)
+    return found
+
+
+def _depths(block: list[ast.stmt], loops: int = 0, withs: int = 0) -> tuple[int, int]:
+    deepest = (loops, withs)
+    for statement in block:
+        inner_loops = loops + isinstance(statement, ast.For)
+        inner_withs = withs + isinstance(statement, ast.With)
+        for _field, child in child_blocks(statement):
+            found = _depths(child, inner_loops, inner_withs)
+            deepest = (max(deepest[0], found[0]), max(deepest[1], found[1]))
+        deepest = (max(deepest[0], inner_loops), max(deepest[1], inner_withs))
+    return deepest
+
+
+def build_version(
+    number: int, source: str, first_lineno: int, name: str, filename: str, flags: int, free_names: tuple[str, ...]
+) -> Version:
+    """Parse, check and compile one source of the function; raises SyntaxError/ValueError if bad."""
+    fdef = normalize(parse_function(source, first_lineno))
+    if isinstance(fdef, ast.AsyncFunctionDef):
+        raise ValueError("the source defines an async function")
+    annotate(fdef)
+    plain_code = compile_definition(fdef, filename, flags, free_names)
+    statements = _walk_function(fdef)
+    declared = tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
+    cells = set(plain_code.co_cellvars) | {n for n in free_names if n != "@rt"}
+    loops, withs = _depths(fdef.body)
+    internal = ("@call",) + tuple(f"@it{d}" for d in range(loops)) + tuple(f"@cm{d}" for d in range(withs))
+    scope = Scope(
+        cell_names=tuple(sorted(cells)),
+        plain_locals=tuple(n for n in plain_code.co_varnames if n not in cells) + internal,
+        declared=declared,
+        has_finally=any(isinstance(s, COMPOUND) and getattr(s, "finalbody", None) for s in statements),
+    )
+    fast = Rewriter(scope).fast_path(fdef)
+    fast_code = compile_definition(fast, filename, flags, ("@rt",) + tuple(n for n in free_names if n != "@rt"))
+    return Version(number, source, first_lineno, fdef, scope, fast_code, plain_code)
+
+
+def replace_number(version: Version, number: int) -> Version:
+    """The same version under another number (its place in the function's history)."""
+    version.number = number
+    return version

@@ -1,0 +1,47 @@
+"""The rules engine: the first rule that recognizes the crash diagnoses it and proposes repairs.
+
+Rules go from the most specific message to the most general, so an out-of-memory error that
+mentions a timeout is treated as out of memory, not as transient.
+"""
+
+from __future__ import annotations
+
+from daifu.report import CrashReport
+from repairbot.protocol import Diagnosis, Suggestion
+from repairbot.rules import api_misuse, data, memory, mismatch, paths, transient
+from repairbot.rules.context import Context, Finding
+
+RULES = memory.RULES + paths.RULES + api_misuse.RULES + mismatch.RULES + data.RULES + transient.RULES
+
+
+def analyse(report: CrashReport) -> tuple[Diagnosis, list[Suggestion]]:
+    """The diagnosis of `report` and the repairs proposed, best first (possibly none)."""
+    ctx = Context(report)
+    finding = next((f for f in (rule(ctx) for rule in RULES) if f is not None), None) or _unknown(ctx)
+    return Diagnosis(category=finding.category, culprit=ctx.culprit(_reason(ctx)),
+                     explanation=f"{finding.explanation}\n{explain_traceback(ctx)}"), finding.suggestions
+
+
+def _unknown(ctx: Context) -> Finding:
+    return Finding("unknown", f"No known pattern matches {ctx.report.exception.type}; inspect the frames below.", [])
+
+
+def _reason(ctx: Context) -> str:
+    if ctx.at_function:
+        return "The faulty statement is in the vaccinated function itself" + (
+            ", and the exception came from library code it called." if len(ctx.report.frames) > 1 else ".")
+    return (f"{ctx.site.qualname} is the deepest user code on the stack; the frames below it are library code "
+            "that did what it was asked.")
+
+
+def explain_traceback(ctx: Context) -> str:
+    """The traceback in plain words: the user's frames, then where inside the library it was raised."""
+    frames, e = ctx.report.frames, ctx.report.exception
+    shown = [f for f in frames if not f.library]
+    if frames and frames[-1].library:
+        shown.append(frames[-1])
+    steps = [f"`{f.code}` in {f.function} ({'library' if f.library else 'your code'}, {f.filename}:{f.lineno})"
+             for f in shown]
+    path = " called ... ".join(steps) if steps else "the faulty statement"
+    first = e.message.splitlines()[0] if e.message else "(no message)"
+    return f"Traceback: {path}; it raised {e.type}: {first}"

@@ -1,0 +1,81 @@
+"""Out of memory: this program's batch is too big, or another process holds the device."""
+
+from __future__ import annotations
+
+from repairbot.protocol import Suggestion
+from repairbot.rules.context import Context, Finding, present, retry, search
+
+_OOM = r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|failed to allocate"
+_BUSY = r"busy or unavailable|another process|in use by|cudaErrorDevicesUnavailable"
+_BATCH_NAMES = ("batch_size", "bs", "micro_batch_size")
+
+
+def device_busy(ctx: Context) -> Finding | None:
+    """Memory held by another process comes back when it ends: wait with growing delays, then retry."""
+    if not search(_BUSY, ctx.message):
+        return None
+    delay = min(300, 10 * 2 ** ctx.tried_count())
+    return Finding("out_of_memory", "The device is busy or its memory is held by another process; this program's "
+                   "own use is not the cause.", present(
+                       ctx.action(f"import time\ntime.sleep({delay})",
+                                  f"Wait {delay} s for the other process to release the device, then retry.", 0.75),
+                       retry("Run the statement again now.", 0.4)))
+
+
+def out_of_memory(ctx: Context) -> Finding | None:
+    """Halve the batch (the loader for later batches, the tensors of this one), free the cache, retry."""
+    if "OutOfMemoryError" not in ctx.exception_types and not search(_OOM, ctx.message):
+        return None
+    cuda = search(r"cuda|gpu", ctx.message) is not None or any(
+        str(v.facts.get("device", "")).startswith("cuda") for v in ctx.variables.values())
+    lines = _halve_loader(ctx) or _halve_batch_size(ctx)
+    if not lines:
+        return Finding("out_of_memory", "The device ran out of memory, and no data loader or batch-size variable is "
+                       "live here to make smaller.", present(_empty_cache_and_retry(cuda)))
+    lines += _halve_batch(ctx)
+    if cuda:
+        lines += ["torch.cuda.empty_cache()"]
+    return Finding("out_of_memory", "The device ran out of memory for this batch: the activations of a smaller batch "
+                   "fit.", present(
+                       ctx.action("\n".join(lines), "Halve the batch size (rebuild the data loader; the current batch "
+                                  "keeps its first half)" + (" and free cached GPU memory" if cuda else "") +
+                                  ", then rerun the statement.", 0.8),
+                       _empty_cache_and_retry(cuda)))
+
+
+def _halve_loader(ctx: Context) -> list[str]:
+    loaders = [n for n, v in ctx.variables.items() if v.type == "DataLoader" and (v.facts.get("batch_size") or 0) > 1]
+    if not loaders:
+        return []
+    name = loaders[0]
+    return [
+        "import torch",
+        f"_daifu_half = max(1, {name}.batch_size // 2)",
+        f"{name} = torch.utils.data.DataLoader({name}.dataset, batch_size=_daifu_half, "
+        f"shuffle=isinstance({name}.sampler, torch.utils.data.RandomSampler), num_workers={name}.num_workers, "
+        f"collate_fn={name}.collate_fn, pin_memory={name}.pin_memory, drop_last={name}.drop_last)",
+    ]
+
+
+def _halve_batch_size(ctx: Context) -> list[str]:
+    names = [n for n in _BATCH_NAMES if isinstance(ctx.facts(n).get("value"), int) and ctx.facts(n)["value"] > 1]
+    if not names:
+        return []
+    return ["import torch", f"_daifu_half = max(1, {names[0]} // 2)", f"{names[0]} = _daifu_half"]
+
+
+def _halve_batch(ctx: Context) -> list[str]:
+    """Cut the tensors of the current batch, so that rerunning the statement needs less memory."""
+    sizes = {v.facts.get("batch_size") for v in ctx.variables.values() if v.type == "DataLoader"}
+    sizes |= {ctx.facts(n).get("value") for n in _BATCH_NAMES}
+    batch = [n for n, f in ctx.tensors() if (f.get("shape") or [None])[0] in sizes - {None} and not f.get("requires_grad")]
+    return [f"{n} = {n}[:_daifu_half]" for n in batch]
+
+
+def _empty_cache_and_retry(cuda: bool) -> Suggestion:
+    if cuda:
+        return Context.action("import torch\ntorch.cuda.empty_cache()", "Free cached GPU memory, then retry.", 0.4)
+    return retry("Run the statement again unchanged.", 0.3)
+
+
+RULES = [device_busy, out_of_memory]

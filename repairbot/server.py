@@ -1,0 +1,54 @@
+"""Running the repair bot: in the foreground (`daifu serve`), or in a thread (demos and tests)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Callable
+
+import uvicorn
+
+from repairbot.app import create_app
+from repairbot.backends import Backend
+
+
+class _ThreadServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handlers to the main thread's owner."""
+
+    def install_signal_handlers(self) -> None:
+        pass
+
+
+def serve(host: str = "127.0.0.1", port: int = 8765, backend: str = "rules", token: str | None = None) -> None:
+    """Serve the repair bot until interrupted (Ctrl-C). Loopback by default: reports hold code."""
+    uvicorn.run(create_app(backend, token=token), host=host, port=port, log_level="info")
+
+
+def start_in_thread(backend: str | Backend = "rules", port: int = 0, *, token: str | None = None,
+                    timeout: float = 10.0, **app_options: float) -> tuple[str, Callable[[], None]]:
+    """Start a real server on 127.0.0.1 in a daemon thread; return its URL and a function stopping it.
+
+    `port=0` takes a free port. Raises `RuntimeError` if it has not started within `timeout` seconds.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    config = uvicorn.Config(create_app(backend, token=token, **app_options), log_level="warning", lifespan="off")
+    server = _ThreadServer(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="daifu-repairbot")
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            sock.close()
+            raise RuntimeError(f"The repair bot did not start on 127.0.0.1:{sock.getsockname()[1]}.")
+        time.sleep(0.01)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout)
+        sock.close()
+
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", stop

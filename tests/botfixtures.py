@@ -1,0 +1,69 @@
+"""Shared helpers for the repair-bot tests: real crashes, and a real server in a thread."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import traceback
+from typing import Any, Callable
+
+from daifu.crash import Crash
+from daifu.report import CrashReport, build_report
+from repairbot.protocol import Suggestion
+
+
+def crash_from(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Crash:
+    """Run `fn`, which must raise, and describe the crash as the runtime would."""
+    try:
+        fn(*args, **kwargs)
+    except Exception as error:
+        frame, lineno = next((f, n) for f, n in traceback.walk_tb(error.__traceback__) if f.f_code is fn.__code__)
+        lines, first = inspect.getsourcelines(fn)
+        return Crash(
+            exception=error,
+            function_name=fn.__name__,
+            qualname=fn.__qualname__,
+            source="".join(lines),
+            filename=fn.__code__.co_filename,
+            first_lineno=first,
+            lineno=lineno,
+            statement=_statement("".join(lines), first, lineno),
+            kind="statement",
+            locals=dict(frame.f_locals),
+            attempt=1,
+            traceback_text="".join(traceback.format_exception(error)),
+        )
+    raise AssertionError(f"{fn.__qualname__} didn't raise at all")
+
+
+def _statement(source: str, first: int, lineno: int) -> str:
+    """The source lines of the innermost simple statement at file line `lineno`."""
+    target = lineno - first + 1
+    tree = ast.parse(textwrap.dedent(source))
+    spans = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+             if isinstance(n, ast.stmt) and not hasattr(n, "body") and n.lineno <= target <= (n.end_lineno or n.lineno)]
+    start, end = min(spans, key=lambda s: s[1] - s[0]) if spans else (target, target)
+    return "".join(source.splitlines(keepends=True)[start - 1 : end])
+
+
+def report_of(fn: Callable[..., Any], *args: Any) -> CrashReport:
+    return build_report(crash_from(fn, *args))
+
+
+def surgery_function(suggestion: Suggestion, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function a surgery's source defines, compiled in `fn`'s module."""
+    assert suggestion.kind == "surgery", suggestion
+    namespace = dict(fn.__globals__)
+    exec(compile(textwrap.dedent(suggestion.code), fn.__code__.co_filename, "exec"), namespace)
+    return namespace[fn.__name__]
+
+
+def run_action_then_statement(suggestion: Suggestion, crash: Crash, fn: Callable[..., Any]) -> dict[str, Any]:
+    """Do what the runtime does with an action: run it in the frame's namespace, then the statement."""
+    assert suggestion.kind == "action", suggestion
+    namespace = dict(crash.locals)
+    globals_ = dict(fn.__globals__)
+    exec(suggestion.code, globals_, namespace)
+    exec(textwrap.dedent(crash.statement), globals_, namespace)
+    return namespace

@@ -1,0 +1,47 @@
+"""Every test runs in its own working directory with DaiFu's settings reset around it."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pytest
+
+import daifu
+from daifu import config
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DAIFU_WORKSPACE", str(tmp_path / "daifu_workspace"))
+    monkeypatch.setenv("DAIFU_RECORD", str(tmp_path / "experiment_record.log"))
+    for name in ("DAIFU_MODE", "DAIFU_APPROVE", "DAIFU_REPAIRBOT_URL", "DAIFU_MAX_ATTEMPTS"):
+        monkeypatch.delenv(name, raising=False)
+    saved = dict(config.TRANSFORM_REGISTRY)
+    yield
+    daifu.set_policy(None)
+    config._given.clear()
+    config.TRANSFORM_REGISTRY.clear()
+    config.TRANSFORM_REGISTRY.update(saved)
+
+
+@pytest.fixture
+def decide() -> Callable[..., list[daifu.Crash]]:
+    """Install a policy that answers crashes with the given decisions in order; returns the crashes seen.
+
+    Each element is a decision or a callable `crash -> decision`.
+    """
+
+    def install(*answers: Any) -> list[daifu.Crash]:
+        seen: list[daifu.Crash] = []
+        queue = list(answers)
+
+        def policy(crash: daifu.Crash) -> Any:
+            seen.append(crash)
+            answer = queue.pop(0) if queue else daifu.Raise()
+            return answer(crash) if callable(answer) and not isinstance(answer, type) else answer
+
+        daifu.set_policy(policy)
+        return seen
+
+    return install
