@@ -14,7 +14,6 @@ import os
 import re
 import sys
 import textwrap
-from typing import Callable
 
 from loguru import logger
 
@@ -27,15 +26,13 @@ from daifu.suggestions import Verdict, check_action, check_safety, check_surgery
 from repairbot.protocol import Diagnosis, Suggestion
 
 RECORD_NAME = "repairbot_suggestions.jsonl"
-_given: dict[str, list[str]] = {}
-"""Decisions given per crash fingerprint, in case the runtime starts a fresh `Crash.tried`."""
 
 
 def decide(crash: Crash, settings: Settings) -> Decision | None:
     """The decision for `crash` in automatic mode, or `None` to let the runtime raise."""
     report = build_report(crash)
     answer = ask_bot(report, settings.bot_url)
-    found = candidates(crash, report, answer.suggestions)
+    found = candidates(crash, answer.suggestions)
     _record(settings, report, answer, found)
     options = [(s, d, v) for s, d, v in found if v.ok]
     if settings.approve == "never":
@@ -45,13 +42,13 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
     else:
         chosen = _ask_person(crash, answer.diagnosis, [s for s, _, _ in options])
     if chosen is not None:
-        _remember(crash, report, chosen)
+        _remember(crash, chosen)
     return chosen
 
 
-def candidates(crash: Crash, report: CrashReport, suggestions: list[Suggestion]) -> list[tuple[Suggestion, Decision, Verdict]]:
+def candidates(crash: Crash, suggestions: list[Suggestion]) -> list[tuple[Suggestion, Decision, Verdict]]:
     """Each suggestion not tried yet, as a decision, with whether it is valid here."""
-    tried = {d for d, _ in crash.tried} | set(_given.get(fingerprint(report), []))
+    tried = {decision for decision, _ in crash.tried}
     found = []
     for suggestion in suggestions:
         decision = to_decision(suggestion)
@@ -89,12 +86,16 @@ def patch_action(source: str, target: str) -> str:
 
 
 def validate(decision: Decision, crash: Crash) -> Verdict:
-    """Whether `decision` can be applied to `crash`: its code compiles and a surgery stays in its block."""
+    """Whether `decision` can be applied to `crash`: its code compiles, a surgery stays in its block,
+    and the runtime (`crash.check`) has no objection."""
     if isinstance(decision, Surgery):
-        return check_surgery(decision.source, _function_info(crash), names=visible_names(crash))
-    if isinstance(decision, Action):
-        return check_action(decision.code)
-    return Verdict()
+        verdict = check_surgery(decision.source, _function_info(crash), names=visible_names(crash))
+    elif isinstance(decision, Action):
+        verdict = check_action(decision.code)
+    else:
+        verdict = Verdict()
+    objection = crash.check(decision) if verdict.ok else None
+    return Verdict((objection,)) if objection else verdict
 
 
 def _function_info(crash: Crash) -> FunctionInfo:
@@ -117,24 +118,30 @@ def _code(decision: Decision) -> str:
 
 
 def _ask_person(crash: Crash, diagnosis: Diagnosis, suggestions: list[Suggestion]) -> Decision | None:
+    """`daifu.approval.approval_prompt`, when it exists and a person is at the terminal."""
     if not sys.stdin or not sys.stdin.isatty():
         return None
     try:
         from daifu.approval import approval_prompt
     except ImportError as error:
-        if error.name not in ("daifu.approval",):
+        if error.name != "daifu.approval":
             raise
         return None
-    prompt: Callable[[Crash, Diagnosis, list[Suggestion]], Decision | None] = approval_prompt
-    return prompt(crash, diagnosis, suggestions)
+    return approval_prompt(crash, diagnosis_text(diagnosis), suggestions)
 
 
-def _remember(crash: Crash, report: CrashReport, decision: Decision) -> None:
+def diagnosis_text(diagnosis: Diagnosis) -> str:
+    """The diagnosis as a person reads it: category, culprit and explanation."""
+    c = diagnosis.culprit
+    return (f"[{diagnosis.category}] culprit: {c.function} ({c.filename}:{c.lineno}): {c.reason}\n"
+            f"{diagnosis.explanation}")
+
+
+def _remember(crash: Crash, decision: Decision) -> None:
+    """Note the decision in `crash.tried`, so that if the crash comes back the next suggestion is taken."""
     text = repr(decision)
-    crash.tried.append((text, "proposed by the repair bot"))
-    given = _given.setdefault(fingerprint(report), [])
-    given.append(text)
-    del given[:-20]
+    if all(text != tried for tried, _ in crash.tried):
+        crash.tried.append((text, "proposed by the repair bot"))
 
 
 def _record(settings: Settings, report: CrashReport, answer: BotAnswer, found: list[tuple[Suggestion, Decision, Verdict]]) -> None:

@@ -9,7 +9,7 @@ a crash in the fast path and one in a continuation of the same version share a s
 from __future__ import annotations
 
 import ast
-from typing import Iterator
+from collections.abc import Iterator
 
 Path = tuple  # alternating int, str, ..., int
 

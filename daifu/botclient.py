@@ -14,7 +14,7 @@ import httpx
 from loguru import logger
 from pydantic import ValidationError
 
-from daifu.report import CrashReport, fingerprint
+from daifu.report import CrashReport
 from repairbot.protocol import Diagnosis, SuggestResponse, Suggestion
 
 DEFAULT_TIMEOUT = 30.0
@@ -77,5 +77,4 @@ def _in_process(report: CrashReport) -> BotAnswer:
     from repairbot.rules import analyse  # the rules engine is only loaded when a crash needs it
 
     diagnosis, suggestions = analyse(report)
-    logger.debug("Repair bot in-process for {}", fingerprint(report))
     return BotAnswer(diagnosis=diagnosis, suggestions=suggestions, backend_used="rules", source="in-process")

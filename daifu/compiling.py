@@ -11,11 +11,37 @@ from __future__ import annotations
 import __future__
 import ast
 from types import CellType, CodeType, FunctionType
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 _FUTURE_FLAGS = 0
 for _feature in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+
+def place(nodes: list[Any], where: ast.AST) -> list[Any]:
+    """Give generated nodes without a place in the file the place of the user's `where`.
+
+    Nodes that have one (the user's, or generated ones placed before) keep it, and the walk does
+    not enter them: placing is linear in the generated nodes, not in the whole tree.
+    """
+    line, col = where.lineno, where.col_offset  # type: ignore[attr-defined]
+    end_line, end_col = where.end_lineno, where.end_col_offset  # type: ignore[attr-defined]
+    todo: list[ast.AST] = list(nodes)
+    while todo:
+        node = todo.pop()
+        if "lineno" in node._attributes:
+            if getattr(node, "lineno", None) is not None:
+                continue
+            node.lineno, node.col_offset = line, col  # type: ignore[attr-defined]
+            node.end_lineno, node.end_col_offset = end_line, end_col  # type: ignore[attr-defined]
+        todo.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
+def no_arguments() -> ast.arguments:
+    """An empty parameter list, to be filled in."""
+    return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
 
 
 def future_flags(code: CodeType) -> int:
@@ -38,17 +64,14 @@ def compile_definition(
         body.append(fdef)
     factory = ast.FunctionDef(
         name="@factory",
-        args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        args=no_arguments(),
         body=body,
         decorator_list=[],
         returns=None,
         type_params=[],
     )
     module = ast.Module(body=[factory], type_ignores=[])
-    ast.copy_location(factory, fdef)
-    for node in body:
-        ast.copy_location(node, fdef)
-    ast.fix_missing_locations(module)
+    place([factory], fdef)
     code = compile(module, filename, "exec", flags=flags, dont_inherit=True)
     return _find_code(code, fdef.name)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 MODES = ("interactive", "automatic", "replay", "off")
 APPROVALS = ("ask", "auto", "never")

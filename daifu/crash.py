@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import FrameType
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 
 @dataclass
@@ -31,10 +34,15 @@ class Crash:
     kind: str
     locals: Mapping[str, Any]
     attempt: int
-    traceback_text: str
     frame: FrameType | None = None
     tried: list[tuple[str, str]] = field(default_factory=list)
     check: Callable[[Any], str | None] = field(default=lambda decision: None, repr=False)
+
+    @cached_property
+    def traceback_text(self) -> str:
+        """The exception's traceback, formatted as Python prints it (computed when first asked)."""
+        error = self.exception
+        return "".join(traceback.format_exception(type(error), error, error.__traceback__))
 
     @property
     def site(self) -> tuple[str, str, int]:

@@ -25,6 +25,7 @@ from daifu.crash import Crash
 from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
 
 RECORD_FILE = "experiment_record.log"
+REPAIRS_FILE = "repairs.jsonl"
 _PLAYS = {Surgery: "Surgery", Action: "Action", Skip: "Pass", Retry: "Retry", Raise: "Raise"}
 
 history: list[dict[str, Any]] = []
@@ -34,6 +35,7 @@ _lock = threading.Lock()
 _numbers = itertools.count(1)
 _current = threading.local()
 _sink: dict[str, Any] = {}
+_jsonl_sinks: dict[str, int] = {}
 _log = logger.bind(daifu_record=True)
 
 
@@ -42,21 +44,39 @@ def _record_path() -> Path:
 
 
 def _ensure_sink() -> None:
-    path = _record_path().resolve()
-    if _sink.get("path") == path:
+    """Open the record file's sink on first use (and again if `DAIFU_RECORD` changed)."""
+    raw = os.environ.get("DAIFU_RECORD") or RECORD_FILE
+    if _sink.get("raw") == raw:
         return
     with _lock:
-        if _sink.get("path") == path:
+        if _sink.get("raw") == raw:
             return
         if "id" in _sink:
-            logger.remove(_sink["id"])
-        try:
-            _sink["id"] = logger.add(path, filter=lambda r: r["extra"].get("daifu_record", False), enqueue=False)
+            logger.remove(_sink.pop("id"))
+        path = Path(raw).resolve()
+        try:  # enqueue: the writing happens in loguru's thread, never on the path to a resume
+            _sink["id"] = logger.add(path, filter=lambda r: r["extra"].get("daifu_record", False), enqueue=True)
         except OSError as error:
             warnings.warn(f"DaiFu cannot write its record {path}: {error}", RuntimeWarning, 3)
-            _sink.pop("id", None)
-        _sink["path"] = path
+        _sink["raw"] = raw
         _log.info("Program Begin")
+
+
+def _jsonl_writer(path: Path) -> Any:
+    """A logger bound to the JSON-lines file `path`, whose writes happen in loguru's thread."""
+    key = str(path)
+    with _lock:
+        if key not in _jsonl_sinks:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _jsonl_sinks[key] = logger.add(
+                path, format="{message}", filter=lambda r: r["extra"].get("daifu_jsonl") == key, enqueue=True
+            )
+    return logger.bind(daifu_jsonl=key)
+
+
+def flush() -> None:
+    """Wait until every record line written so far is in its file."""
+    logger.complete()
 
 
 def program_begin() -> None:
@@ -68,6 +88,7 @@ def log_program_end(value: Any = "") -> None:
     """Write the `Program End` line, with the run's quality measure when given (seed API)."""
     _ensure_sink()
     _log.info(f"Program End with Quality Measure {value}" if value != "" else "Program End")
+    flush()
 
 
 def note(text: str) -> None:
@@ -129,13 +150,11 @@ class Entry:
             "pid": os.getpid(),
         }
         history.append(item)
-        folder = config.settings().workspace
+        path = repairs_path()
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with open(folder / "repairs.jsonl", "a", encoding="utf-8") as stream:
-                stream.write(json.dumps(item) + "\n")
+            _jsonl_writer(path).info(json.dumps(item))
         except OSError as error:
-            warnings.warn(f"DaiFu cannot write {folder / 'repairs.jsonl'}: {error}", RuntimeWarning, 2)
+            warnings.warn(f"DaiFu cannot write {path}: {error}", RuntimeWarning, 2)
 
 
 def begin(crash: Crash) -> Entry:
@@ -154,3 +173,27 @@ def current_number() -> int:
     files, the log and `repairs.jsonl` of one repair share one number.
     """
     return int(getattr(_current, "number", 0))
+
+
+def repairs_path() -> Path:
+    """The JSON-lines record of the workspace now in effect."""
+    return config.settings().workspace / REPAIRS_FILE
+
+
+def load(path: Path | None = None) -> list[dict[str, Any]]:
+    """The repairs recorded in a JSON-lines record (default: `repairs_path()`), oldest first.
+
+    Only parses: a record is data, and reading it never runs code. Raises `OSError` when the
+    file cannot be read, `ValueError` when a line is not a JSON object.
+    """
+    flush()
+    path = path or repairs_path()
+    entries = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        if not isinstance(item, dict):
+            raise ValueError(f"{path} line {number} is not a JSON object")
+        entries.append(item)
+    return entries

@@ -231,9 +231,10 @@ def _frames(crash: Crash) -> list[Frame]:
 
 
 def _start_index(entries: list[tuple[FrameType, int]], crash: Crash) -> int:
-    """The vaccinated function's frame: the last one at the faulty line of the user's file."""
+    """The vaccinated function's frame: the last one of its name at the faulty line of the user's file."""
     last_line = crash.first_lineno + crash.source.count("\n")
-    exact = [i for i, (f, line) in enumerate(entries) if f.f_code.co_filename == crash.filename and line == crash.lineno]
+    exact = [i for i, (f, line) in enumerate(entries)
+             if f.f_code.co_filename == crash.filename and line == crash.lineno and f.f_code.co_name == crash.function_name]
     inside = [i for i, (f, line) in enumerate(entries)
               if f.f_code.co_filename == crash.filename and crash.first_lineno <= line <= last_line]
     candidates = exact or inside

@@ -22,7 +22,9 @@ import copy
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from daifu.blocks import COMPOUND, Path, block_of, path_of
+from daifu.blocks import COMPOUND, Path, block_of
+from daifu.compiling import no_arguments
+from daifu.compiling import place as _at
 
 
 class Mode(Enum):
@@ -69,7 +71,7 @@ class _Depth:
     passed: tuple[ast.expr, ...] = ()
     caught_all: bool = False
 
-    def inside_try(self, node: ast.stmt) -> "_Depth":
+    def inside_try(self, node: ast.stmt) -> _Depth:
         handlers = getattr(node, "handlers", [])
         if not handlers:
             return self
@@ -96,23 +98,6 @@ def _none() -> ast.Constant:
     return ast.Constant(value=None)
 
 
-def _at(nodes: list[ast.stmt], where: ast.AST) -> list[ast.stmt]:
-    """Give generated nodes without a place the place of the user's `where`.
-
-    Nodes that already have one (the user's, or generated ones placed before) keep it, and the
-    walk does not enter them.
-    """
-    todo: list[ast.AST] = list(nodes)
-    while todo:
-        node = todo.pop()
-        if "lineno" in node._attributes:
-            if getattr(node, "lineno", None) is not None:
-                continue
-            ast.copy_location(node, where)
-        todo.extend(ast.iter_child_nodes(node))
-    return nodes
-
-
 def _is_catch_all(handler: ast.ExceptHandler) -> bool:
     return handler.type is None or (
         isinstance(handler.type, ast.Name) and handler.type.id in ("BaseException", "Exception")
@@ -124,6 +109,7 @@ class Rewriter:
 
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
+        self._prologue: list[ast.stmt] | None = None
 
     # -- catchers -------------------------------------------------------------------------
 
@@ -131,7 +117,7 @@ class Rewriter:
         arguments: list[ast.expr] = [_name("@e")]
         if self.scope.cell_names:
             cells = ast.Tuple(elts=[_name(n) for n in self.scope.cell_names], ctx=ast.Load())
-            arguments.append(ast.Lambda(args=_no_args(), body=cells))
+            arguments.append(ast.Lambda(args=no_arguments(), body=cells))
         return ast.Expr(ast.Call(func=_rt("crash"), args=arguments, keywords=[]))
 
     def catcher(self, body: list[ast.stmt], where: ast.AST, depth: _Depth) -> list[ast.stmt]:
@@ -188,10 +174,11 @@ class Rewriter:
     def _fresh_iterator(self, node: ast.For, depth: _Depth) -> ast.expr:
         call = ast.Call(func=_rt("iter"), args=[node.iter], keywords=[])
         walrus = ast.NamedExpr(target=_name(f"@it{depth.loops}", store=True), value=call)
-        return ast.copy_location(walrus, node.iter)
+        return _at([walrus], node.iter)[0]  # type: ignore[return-value]
 
     def _for(self, node: ast.For, depth: _Depth, iterable: ast.expr) -> list[ast.stmt]:
         inner = replace(depth, loops=depth.loops + 1)
+        _at([iterable], node.iter)
         loop = self._copy(
             node, iter=iterable, body=self.block(node.body, inner), orelse=self.block(node.orelse, depth)
         )
@@ -204,18 +191,20 @@ class Rewriter:
         item = node.items[0]
         guarded = ast.Call(func=_rt("guard"), args=[item.context_expr], keywords=[])
         walrus = ast.NamedExpr(target=_name(f"@cm{depth.withs}", store=True), value=guarded)
-        ast.copy_location(guarded, item.context_expr)
-        ast.copy_location(walrus, item.context_expr)
+        _at([walrus], item.context_expr)
         inner = replace(depth, withs=depth.withs + 1)
         body = self.catcher(self.block(node.body, inner), node, inner)
-        return [self._copy(node, items=[ast.withitem(context_expr=walrus, optional_vars=item.optional_vars)], body=body)]
+        guarded_item = ast.withitem(context_expr=walrus, optional_vars=item.optional_vars)
+        return [self._copy(node, items=[guarded_item], body=body)]
 
     def _try(self, node: ast.stmt, depth: _Depth, body: list[ast.stmt]) -> list[ast.stmt]:
         """A `try`, with the user's own handlers first in line and its `finally` disarmable."""
         is_star = not isinstance(node, ast.Try)
         body = body or _at([ast.Pass()], node)
         handlers = [self._copy(h, body=self._handler_body(h, node, depth)) for h in node.handlers]
-        orelse = self.catcher(self.block(node.orelse, depth), node, depth) if node.finalbody else self.block(node.orelse, depth)
+        orelse = self.block(node.orelse, depth)
+        if node.finalbody:
+            orelse = self.catcher(orelse, node, depth)
         if node.finalbody and not is_star:
             body = self.catcher(body, node, depth.inside_try(node))
         if handlers and not is_star:
@@ -278,18 +267,23 @@ class Rewriter:
         iterators and resumed `with` blocks exiting through their saved guards.
         """
         rest = self._rest(fdef.body, path, mode, _Depth())
-        prologue: list[ast.stmt] = list(self.scope.declared)
-        for name in self.scope.plain_locals:
-            present = ast.Compare(left=ast.Constant(name), ops=[ast.In()], comparators=[_name("@ns")])
-            load = ast.Subscript(value=_name("@ns"), slice=ast.Constant(name), ctx=ast.Load())
-            prologue.append(ast.If(test=present, body=[_assign(name, load)], orelse=[]))
-        clear = ast.Call(func=ast.Attribute(value=_name("@ns"), attr="clear", ctx=ast.Load()), args=[], keywords=[])
-        prologue.append(ast.Expr(clear))
-        body = _at(prologue, fdef) + self._frame(rest, fdef, in_continuation=True)
-        arguments = ast.arguments(
-            posonlyargs=[], args=[ast.arg(arg="@ns")], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
-        )
+        body = self._load_locals(fdef) + self._frame(rest, fdef, in_continuation=True)
+        arguments = no_arguments()
+        arguments.args = [ast.copy_location(ast.arg(arg="@ns"), fdef)]
         return self._copy(fdef, args=arguments, body=body, decorator_list=[], returns=None)  # type: ignore[return-value]
+
+    def _load_locals(self, fdef: ast.FunctionDef) -> list[ast.stmt]:
+        """`if "x" in @ns: x = @ns["x"]` for each local, then `@ns.clear()`; built once per version."""
+        if self._prologue is None:
+            prologue: list[ast.stmt] = list(self.scope.declared)
+            for name in self.scope.plain_locals:
+                present = ast.Compare(left=ast.Constant(name), ops=[ast.In()], comparators=[_name("@ns")])
+                load = ast.Subscript(value=_name("@ns"), slice=ast.Constant(name), ctx=ast.Load())
+                prologue.append(ast.If(test=present, body=[_assign(name, load)], orelse=[]))
+            clear = ast.Attribute(value=_name("@ns"), attr="clear", ctx=ast.Load())
+            prologue.append(ast.Expr(ast.Call(func=clear, args=[], keywords=[])))
+            self._prologue = _at(prologue, fdef)
+        return self._prologue
 
     # -- resuming -------------------------------------------------------------------------
 
@@ -368,15 +362,3 @@ class Rewriter:
         if not node.finalbody:
             return inner
         return self._disarmable(inner or _at([ast.Pass()], node), self.block(node.finalbody, depth), node)
-
-
-def _no_args() -> ast.arguments:
-    return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
-
-
-def plain_statement(node: ast.stmt) -> bool:
-    """Whether `node` is a simple statement (no blocks of its own)."""
-    return not isinstance(node, COMPOUND)
-
-
-__all__ = ["CannotResume", "Mode", "Rewriter", "Scope", "path_of", "plain_statement"]

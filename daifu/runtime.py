@@ -14,14 +14,14 @@ import builtins
 import sys
 import threading
 import time
-import traceback
 import warnings
 from dataclasses import dataclass
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from daifu import config, record
-from daifu.blocks import Path, assigned_names, block_containing, locate, node_at, path_of
+from daifu.blocks import Path, assigned_names, locate, node_at, path_of
 from daifu.compiling import future_flags, make_function, compile_definition
 from daifu.crash import Crash
 from daifu.decide import decide
@@ -52,8 +52,11 @@ class Site:
 
 @dataclass
 class _Progress:
+    """The last repair at a site: the locals it resumed with, its attempt number, what was tried."""
+
     fingerprint: tuple[tuple[str, int], ...]
     attempt: int
+    tried: list[tuple[str, str]]
 
 
 class _Invocation:
@@ -108,7 +111,7 @@ class Vaccine:
 
     def _build(self, source: str, first_lineno: int) -> Version:
         version = build_version(
-            len(self.versions), source, first_lineno, self.name, self.filename, self.flags, self.free_names
+            len(self.versions), source, first_lineno, self.filename, self.flags, self.free_names
         )
         self.versions.append(version)
         self.units[version.fast_code] = version
@@ -116,7 +119,9 @@ class Vaccine:
 
     def _adopt(self, version: Version) -> FunctionType:
         """The callable for `version`; after the first, the same function object gets the new code."""
-        code = version.fast_code.replace(co_name=self.name, co_qualname=self.qualname) if sys.version_info >= (3, 11) else version.fast_code.replace(co_name=self.name)
+        code = version.fast_code
+        if sys.version_info >= (3, 11):
+            code = code.replace(co_qualname=self.qualname)
         self.units[code] = version
         if self.versions[0] is version:
             return make_function(code, self.original.__globals__, self.cells, self.original.__defaults__)
@@ -167,7 +172,7 @@ class Vaccine:
 
     def _describe(self, error: BaseException, frame: FrameType, site: Site, namespace: dict[str, Any]) -> Crash:
         node = site.node
-        return Crash(
+        crash = Crash(
             exception=error,
             function_name=self.name,
             qualname=self.qualname,
@@ -178,11 +183,14 @@ class Vaccine:
             statement=site.version.statement_text(node, header_only=site.header),
             kind=_kind(node) if site.header else "statement",
             locals=MappingProxyType(_user_view(namespace)),
-            attempt=self._attempt(site, namespace),
-            traceback_text="".join(traceback.format_exception(type(error), error, error.__traceback__)),
+            attempt=1,
             frame=frame,
             check=lambda decision: self.check(decision, site),
         )
+        previous = self._previous(site, namespace)
+        if previous is not None:
+            crash.attempt, crash.tried = previous.attempt + 1, list(previous.tried)
+        return crash
 
     def _repair(
         self,
@@ -197,7 +205,8 @@ class Vaccine:
         crash = self._describe(error, frame, site, namespace)
         settings = config.settings()
         if crash.attempt > settings.max_attempts:
-            record.note(f"{self.qualname}: {crash.attempt - 1} repairs at line {crash.lineno} made no progress; raising")
+            attempts = crash.attempt - 1
+            record.note(f"{self.qualname}: {attempts} repairs at line {crash.lineno} made no progress; raising")
             return None
         entry = record.begin(crash)
         for _offer in range(settings.max_attempts + 1):
@@ -206,12 +215,14 @@ class Vaccine:
                 entry.failed(decided_by)
                 return None
             try:
-                handover = self._prepare(decision, site, dict(namespace), cells, frame)
+                handover = self._prepare(decision, crash, site, dict(namespace), cells)
             except RepairRefused as refusal:
-                crash.tried.append((type(decision).__name__, str(refusal)))
+                crash.tried.append((repr(decision), f"refused: {refusal}"))
                 entry.refused(decision, decided_by, str(refusal))
                 continue
             entry.decided(decision, decided_by)
+            if all(tried[0] != repr(decision) for tried in crash.tried):
+                crash.tried.append((repr(decision), f"applied ({decided_by})"))  # a repeat of this crash will say so
             handover.started = crashed_at
             handover.entry = entry
             return handover
@@ -221,13 +232,13 @@ class Vaccine:
     # -- carrying out a decision ------------------------------------------------------------
 
     def _prepare(
-        self, decision: Decision, site: Site, namespace: dict[str, Any], cells: dict[str, CellType], frame: FrameType
+        self, decision: Decision, crash: Crash, site: Site, namespace: dict[str, Any], cells: dict[str, CellType]
     ) -> Handover:
         version, path, mode = site.version, site.path, self._retry_mode(site, namespace)
         if isinstance(decision, Skip):
             mode = self._skip_mode(site)
         elif isinstance(decision, Action):
-            self._run_action(decision.code, namespace, frame)
+            self._run_action(decision.code, namespace, crash.frame)
             for name, cell in cells.items():  # a rebound closure variable is rebound for its closures too
                 if name in namespace:
                     cell.cell_contents = namespace[name]
@@ -235,7 +246,7 @@ class Vaccine:
             version, path, mode = self._operate(decision.source, site, namespace)
         elif not isinstance(decision, Retry):
             raise RepairRefused(f"{decision!r} is not a DaiFu decision")
-        self._remember(version, path, site, namespace)
+        self._remember(version, path, site, namespace, crash)
         try:
             code = self._continuation(version, path, mode)
         except CannotResume as reason:
@@ -250,7 +261,7 @@ class Vaccine:
         node = site.node
         if site.header and _kind(node) == "for":
             fdef, path = site.version.fdef, site.path
-            depth = sum(1 for i in range(1, len(path), 2) if path[i] == "body" and _kind(node_at(fdef, path[:i])) == "for")
+            depth = sum(path[i] == "body" and _kind(node_at(fdef, path[:i])) == "for" for i in range(1, len(path), 2))
             if namespace.get(f"@it{depth}") is not None:
                 return Mode.LOOP_NEXT
         return Mode.AT
@@ -298,7 +309,7 @@ class Vaccine:
         old = site.version
         try:
             new = build_version(
-                len(self.versions), source, old.first_lineno, self.name, self.filename, self.flags, self.free_names
+                len(self.versions), source, old.first_lineno, self.filename, self.flags, self.free_names
             )
         except SyntaxError as error:
             where = f"line {error.lineno}: " if error.lineno else ""
@@ -348,24 +359,23 @@ class Vaccine:
             own = assigned_names(node)
         return tuple(sorted((k, id(v)) for k, v in _user_view(namespace).items() if k not in own))
 
-    def _attempt(self, site: Site, namespace: dict[str, Any]) -> int:
-        """1 for a first crash here; one more for each repair here that made no progress.
+    def _previous(self, site: Site, namespace: dict[str, Any]) -> _Progress | None:
+        """The last repair at this site, if the run made no progress since: else `None`.
 
         No progress: no local variable (other than those the statement itself binds) was rebound
-        since the last repair at this site — the loop did not move on.
+        since that repair — the loop did not move on. `crash.attempt` counts such repairs.
         """
         previous = namespace["@call"].progress.get(site.path)
         if previous is not None and previous.fingerprint == self._fingerprint(site, namespace):
-            return previous.attempt + 1
-        return 1
+            return previous
+        return None
 
-    def _remember(self, version: Version, path: Path, site: Site, namespace: dict[str, Any]) -> None:
-        attempt = self._attempt(site, namespace)
+    def _remember(self, version: Version, path: Path, site: Site, namespace: dict[str, Any], crash: Crash) -> None:
+        """Note the repair about to resume, so a repeat of this crash knows what was tried."""
         progress = namespace["@call"].progress
         progress.pop(site.path, None)
-        progress[path] = _Progress(
-            self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else (), attempt
-        )
+        fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else ()
+        progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
 
     # -- resuming ---------------------------------------------------------------------------
 
@@ -385,7 +395,9 @@ class Vaccine:
 
 
 def _kind(node: Any) -> str:
-    return type(node).__name__.lower() if type(node).__name__ in ("For", "While", "If", "With", "Match") else "statement"
+    """`for`, `while`, `if`, `with` or `match` for a compound statement; else `statement`."""
+    name = type(node).__name__
+    return name.lower() if name in ("For", "While", "If", "With", "Match") else "statement"
 
 
 def _has(version: Version, path: Path) -> bool:

@@ -94,13 +94,15 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool]:
         try:
             old_block, new_block = block_of(old_node, field), block_of(new_node, field)
         except (KeyError, IndexError):
-            raise SurgeryRefused(f"the new source removes the block of line {old_node.lineno} that is running") from None
+            raise SurgeryRefused(
+                f"the new source removes the block of line {old_node.lineno} that is running"
+            ) from None
         new_path += [mapped, field]
     index = path[-1]
     old_dumps = [ast.dump(s) for s in old_block]
     new_dumps = [ast.dump(s) for s in new_block]
     matcher = difflib.SequenceMatcher(None, old_dumps, new_dumps, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
         if tag != "equal" and i1 <= index:
             return tuple(new_path + [j1]), False
         if tag == "equal" and i1 <= index < i2:

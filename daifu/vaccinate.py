@@ -6,7 +6,8 @@ import functools
 import inspect
 import warnings
 from types import FunctionType
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, TypeVar, overload
+from collections.abc import Callable
 
 from daifu import config, record
 from daifu.runtime import Vaccine

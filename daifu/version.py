@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from functools import cached_property
 from types import CodeType
 
 from daifu.blocks import COMPOUND, annotate, child_blocks
@@ -28,15 +29,19 @@ class Version:
     fast_code: CodeType
     plain_code: CodeType
 
-    @property
+    @cached_property
     def rewriter(self) -> Rewriter:
+        """The rewriter of this version, which caches what all its continuations share."""
         return Rewriter(self.scope)
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.source.splitlines()
 
     def line_text(self, lineno: int) -> str:
         """The text of file line `lineno`, as this version's source has it."""
-        lines = self.source.splitlines()
         index = lineno - self.first_lineno
-        return lines[index] if 0 <= index < len(lines) else ""
+        return self.lines[index] if 0 <= index < len(self.lines) else ""
 
     def statement_text(self, node: ast.stmt, header_only: bool) -> str:
         """The source of a statement; of a compound statement's header line only when asked."""
@@ -72,7 +77,7 @@ def _depths(block: list[ast.stmt], loops: int = 0, withs: int = 0) -> tuple[int,
 
 
 def build_version(
-    number: int, source: str, first_lineno: int, name: str, filename: str, flags: int, free_names: tuple[str, ...]
+    number: int, source: str, first_lineno: int, filename: str, flags: int, free_names: tuple[str, ...]
 ) -> Version:
     """Parse, check and compile one source of the function; raises SyntaxError/ValueError if bad."""
     fdef = normalize(parse_function(source, first_lineno))

@@ -70,7 +70,8 @@ def create_app(backend: str | Backend | None = None, *, token: str | None = None
             return await run_in_threadpool(call, body.report)
 
         result, cached = await cache.get(f"{kind}:{chosen.name}:{crash_id}", compute)
-        logger.debug("{} {} by {} ({})", kind, crash_id, result.backend_used, "cached" if cached else "computed")
+        if result.fallback_reason and not cached:
+            logger.warning("Crash {}: {}", crash_id, result.fallback_reason)
         return result, cached, crash_id
 
     app = FastAPI(title="DaiFu repair bot", version="1", description=__doc__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import uvicorn
 
@@ -26,24 +26,32 @@ def serve(host: str = "127.0.0.1", port: int = 8765, backend: str = "rules", tok
 
 
 def start_in_thread(backend: str | Backend = "rules", port: int = 0, *, token: str | None = None,
-                    timeout: float = 10.0, **app_options: float) -> tuple[str, Callable[[], None]]:
-    """Start a real server on 127.0.0.1 in a daemon thread; return its URL and a function stopping it.
+                    **app_options: float) -> tuple[str, Callable[[], None]]:
+    """Start a real repair bot on 127.0.0.1 in a daemon thread; return its URL and a function stopping it.
 
-    `port=0` takes a free port. Raises `RuntimeError` if it has not started within `timeout` seconds.
+    `port=0` takes a free port; `app_options` go to `create_app`.
+    """
+    return serve_in_thread(create_app(backend, token=token, **app_options), port)
+
+
+def serve_in_thread(app: Any, port: int = 0, timeout: float = 10.0) -> tuple[str, Callable[[], None]]:
+    """Serve any ASGI `app` on 127.0.0.1 in a daemon thread, once uvicorn says it has started.
+
+    Raises `RuntimeError` if it has not started within `timeout` seconds.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
-    config = uvicorn.Config(create_app(backend, token=token, **app_options), log_level="warning", lifespan="off")
-    server = _ThreadServer(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="daifu-repairbot")
+    server = _ThreadServer(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="daifu-server")
     thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     deadline = time.monotonic() + timeout
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
             sock.close()
-            raise RuntimeError(f"The repair bot did not start on 127.0.0.1:{sock.getsockname()[1]}.")
+            raise RuntimeError(f"The server did not start at {url}.")
         time.sleep(0.01)
 
     def stop() -> None:
@@ -51,4 +59,4 @@ def start_in_thread(backend: str | Backend = "rules", port: int = 0, *, token: s
         thread.join(timeout)
         sock.close()
 
-    return f"http://127.0.0.1:{sock.getsockname()[1]}", stop
+    return url, stop

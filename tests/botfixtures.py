@@ -32,7 +32,6 @@ def crash_from(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Crash:
             kind="statement",
             locals=dict(frame.f_locals),
             attempt=1,
-            traceback_text="".join(traceback.format_exception(error)),
         )
     raise AssertionError(f"{fn.__qualname__} didn't raise at all")
 
@@ -67,3 +66,43 @@ def run_action_then_statement(suggestion: Suggestion, crash: Crash, fn: Callable
     exec(suggestion.code, globals_, namespace)
     exec(textwrap.dedent(crash.statement), globals_, namespace)
     return namespace
+
+
+class FakeChatServer:
+    """An OpenAI-compatible Chat Completions endpoint answering from a script, on 127.0.0.1.
+
+    `script(prompt)` returns a reply: a string (the message content), or a `(status, body)` pair,
+    or a float to sleep that many seconds before answering `{}`. `prompts` keeps every prompt received.
+    """
+
+    def __init__(self, script: Callable[[str], Any]) -> None:
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        self.script = script
+        self.prompts: list[str] = []
+        self.authorizations: list[str] = []
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self._complete, methods=["POST"])])
+
+    async def _complete(self, request: Any) -> Any:
+        import asyncio
+
+        from starlette.responses import JSONResponse
+
+        body = await request.json()
+        prompt = body["messages"][-1]["content"]
+        self.prompts.append(prompt)
+        self.authorizations.append(request.headers.get("authorization", ""))
+        reply = self.script(prompt)
+        if isinstance(reply, float):
+            await asyncio.sleep(reply)
+            reply = "{}"
+        if isinstance(reply, tuple):
+            status, payload = reply
+            return JSONResponse(payload, status_code=status, headers={"retry-after-ms": "10"})
+        return JSONResponse({
+            "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": reply}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        })

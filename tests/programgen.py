@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 
 class InjectedFault(Exception):
@@ -95,7 +96,7 @@ class ProgramGenerator:
         n = self._next()
         nested = lambda loop: ["    " + line for line in self._block(depth + 1, loop)]  # noqa: E731
         if kind == "assign":
-            return [f"a = (a * 3 + b + {n}) % 17", f"b = (b + a) % 13"]
+            return [f"a = (a * 3 + b + {n}) % 17", "b = (b + a) % 13"]
         if kind == "append":
             return self._append()
         if kind == "if":
@@ -103,7 +104,8 @@ class ProgramGenerator:
         if kind == "for":
             return [f"for i{n} in range({self.rng.randint(0, 3)}):"] + nested(True) + self._maybe_else(depth, in_loop)
         if kind == "while":
-            return [f"w{n} = 0", f"while w{n} < {self.rng.randint(0, 3)}:", f"    w{n} += 1"] + nested(True) + self._maybe_else(depth, in_loop)
+            header = [f"w{n} = 0", f"while w{n} < {self.rng.randint(0, 3)}:", f"    w{n} += 1"]
+            return header + nested(True) + self._maybe_else(depth, in_loop)
         if kind == "with":
             return [f"with tracked(trace, {n}):"] + nested(in_loop)
         if kind == "try":

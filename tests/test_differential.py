@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import daifu
-from tests.programgen import Injector, InjectedFault, ProgramGenerator, tracked
+from tests.programgen import Injector, InjectedFault, ProgramGenerator
 
 SEEDS = range(120)
 ARGUMENTS = [(0, 0), (3, 5), (7, 2), (11, 12)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import textwrap
 import traceback
 
 import pytest
@@ -184,7 +183,8 @@ def test_with_exits_once_and_finally_runs_once(decide):
         assert log.count("enter inner") == log.count("exit inner None") == 2
         assert log.count("finally") == 2
         assert log.count("after inner") == 2
-        assert log.index("exit inner None") < log.index("after inner") < log.index("exit outer None") < log.index("finally")
+        order = [log.index(event) for event in ("exit inner None", "after inner", "exit outer None", "finally")]
+        assert order == sorted(order)
 
 
 def test_break_continue_return_in_the_patched_region(decide):
@@ -201,7 +201,6 @@ def test_break_continue_return_in_the_patched_region(decide):
 
     decide(daifu.Surgery(source_of(f, "out.append(1 / 0)", "continue")))
     assert f(0) == [0, 2, 3, 4, 5, "else"]
-    f.__daifu__  # the function object is the same; its code was replaced
 
     @daifu.transform
     def g():
@@ -377,7 +376,8 @@ def test_action_that_raises_is_reported_and_state_untouched(decide):
 
     assert f() == 2.0
     assert seen[1].locals["divisor"] == 0
-    assert seen[1].tried == [("Action", "the action raised RuntimeError: oops")]
+    first = daifu.Action("divisor = 2\nraise RuntimeError('oops')")
+    assert seen[1].tried[0] == (repr(first), "refused: the action raised RuntimeError: oops")
 
 
 def test_surgery_changing_enclosing_control_flow_is_refused(decide):
@@ -391,7 +391,7 @@ def test_surgery_changing_enclosing_control_flow_is_refused(decide):
     refused = source_of(f, "for i in range(3):", "for j in range(3):")
     seen = decide(daifu.Surgery(refused), daifu.Skip())
     assert f() == [-1.0, 1.0]
-    assert "enclosing `for` statement" in seen[1].tried[0][1]
+    assert "enclosing `for` statement" in seen[1].tried[0][1] and seen[1].tried[0][1].startswith("refused: ")
 
 
 def test_policy_errors_and_internal_failures_surface_the_original_exception(decide):
@@ -492,14 +492,14 @@ def test_multiline_statement_and_same_line_positions(decide):
 
     @daifu.transform
     def f():
-        value = (
+        _value = (
             1
             + int("x")
         )
         return "skipped"
 
     assert f() == "skipped"
-    assert seen[0].statement.startswith("value = (") and seen[0].lineno == inspect.getsourcelines(f)[1] + 2
+    assert seen[0].statement.startswith("_value = (") and seen[0].lineno == inspect.getsourcelines(f)[1] + 2
 
 
 def test_deep_chain_of_resumes_does_not_grow_the_stack(decide):
@@ -509,7 +509,7 @@ def test_deep_chain_of_resumes_does_not_grow_the_stack(decide):
     @daifu.transform
     def f():
         total = 0
-        for i in range(3000):
+        for _ in range(3000):
             total += flaky(1) or 0
         return total
 

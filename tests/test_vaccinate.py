@@ -152,7 +152,7 @@ def test_control_flow_constructs():
         temp = 5
         del temp
         try:
-            temp
+            print(temp)
         except NameError:
             trace.append("deleted")
         match len(items):

@@ -8,7 +8,7 @@ from repairbot.rules.edit import replace_operator, replace_text
 _FLOAT_AS_INT = (
     r"'float' object cannot be interpreted as an integer|slice indices must be integers"
     r"|indices must be integers or slices, not float|must be tuple of ints, (but found element of type|not) float"
-    r"|only integers, slices .* are valid indices|argument '\w+' .* must be int, not float"
+    r"|valid indices \(got float\)|argument '\w+' .* must be int, not float|must be tuple of ints,\s*but got float"
 )
 
 

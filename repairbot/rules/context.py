@@ -32,6 +32,12 @@ class Context:
     """One crash report, seen from the site to repair."""
 
     report: CrashReport
+    outermost: bool = False
+    """Whether to see the crash from the vaccinated function even when a callee is at fault."""
+
+    def outer(self) -> Context:
+        """The same crash seen from the vaccinated function, where actions run."""
+        return Context(self.report, outermost=True)
 
     @cached_property
     def message(self) -> str:
@@ -46,6 +52,8 @@ class Context:
     @cached_property
     def site_index(self) -> int:
         frames = self.report.frames
+        if self.outermost:
+            return 0
         for index in range(len(frames) - 1, 0, -1):
             if not frames[index].library and frames[index].source:
                 return index
@@ -114,8 +122,10 @@ class Context:
         """The edit rewriting each read of `name` in the statement as `template.format(name)`."""
         return self.edit(wrap_name(name, template), explanation, confidence)
 
-    @staticmethod
-    def action(code: str, explanation: str, confidence: float) -> Suggestion:
+    def action(self, code: str, explanation: str, confidence: float) -> Suggestion | None:
+        """An action; `None` if it names variables of a callee, since actions run in the vaccinated frame."""
+        if not self.at_function:
+            return None
         return Suggestion(kind="action", code=code, explanation=explanation, confidence=confidence)
 
     def tried_count(self) -> int:

@@ -17,7 +17,7 @@ def device_busy(ctx: Context) -> Finding | None:
     delay = min(300, 10 * 2 ** ctx.tried_count())
     return Finding("out_of_memory", "The device is busy or its memory is held by another process; this program's "
                    "own use is not the cause.", present(
-                       ctx.action(f"import time\ntime.sleep({delay})",
+                       ctx.outer().action(f"import time\ntime.sleep({delay})",
                                   f"Wait {delay} s for the other process to release the device, then retry.", 0.75),
                        retry("Run the statement again now.", 0.4)))
 
@@ -26,6 +26,7 @@ def out_of_memory(ctx: Context) -> Finding | None:
     """Halve the batch (the loader for later batches, the tensors of this one), free the cache, retry."""
     if "OutOfMemoryError" not in ctx.exception_types and not search(_OOM, ctx.message):
         return None
+    ctx = ctx.outer()  # the loader and the batch live in the training loop
     cuda = search(r"cuda|gpu", ctx.message) is not None or any(
         str(v.facts.get("device", "")).startswith("cuda") for v in ctx.variables.values())
     lines = _halve_loader(ctx) or _halve_batch_size(ctx)
@@ -74,7 +75,8 @@ def _halve_batch(ctx: Context) -> list[str]:
 
 def _empty_cache_and_retry(cuda: bool) -> Suggestion:
     if cuda:
-        return Context.action("import torch\ntorch.cuda.empty_cache()", "Free cached GPU memory, then retry.", 0.4)
+        return Suggestion(kind="action", code="import torch\ntorch.cuda.empty_cache()",
+                          explanation="Free cached GPU memory, then retry.", confidence=0.4)
     return retry("Run the statement again unchanged.", 0.3)
 
 

@@ -21,7 +21,8 @@ def linear_input(ctx: Context) -> Finding | None:
     _, b, c, d = (int(x) for x in found.groups())
     suggestions = [s for s in (_flatten(ctx, name, facts, c) for name, facts in ctx.tensors()) if s is not None]
     if not suggestions:  # a flatten explains the mismatch; a layer for the wrong size would not
-        suggestions += [_rebuild(ctx, expr, b, d) for expr in _layers(ctx, c, d)]
+        outer = ctx.outer()  # layers are rebuilt from the training function, where actions run
+        suggestions += [_rebuild(outer, expr, b, d) for expr in _layers(outer, c, d)]
         suggestions.append(_new_in_features(ctx, b, c, d))
     return Finding("tensor_mismatch", f"A linear layer expecting {c} input features (weight {d}x{c}) got an input "
                    f"whose last dimension is {b}.", present(*suggestions))
@@ -56,7 +57,7 @@ def _layers(ctx: Context, in_features: int, out_features: int) -> list[str]:
     return found
 
 
-def _rebuild(ctx: Context, layer: str, in_features: int, out_features: int) -> Suggestion:
+def _rebuild(ctx: Context, layer: str, in_features: int, out_features: int) -> Suggestion | None:
     optimizers = [n for n, v in ctx.variables.items() if "lr" in v.facts and "groups" in v.facts]
     lines = ["import torch", f"{layer} = torch.nn.Linear({in_features}, {out_features})"
              f".to(device={layer}.weight.device, dtype={layer}.weight.dtype)"]

@@ -20,7 +20,7 @@ def missing_parent(ctx: Context) -> Finding | None:
     if folder is None:
         return None
     return Finding("path", f"The folder {folder!r} does not exist, so nothing can be saved into it.", present(
-        ctx.action(f"import os\nos.makedirs({folder!r}, exist_ok=True)",
+        ctx.outer().action(f"import os\nos.makedirs({folder!r}, exist_ok=True)",
                    f"Create {folder!r}, then save again.", 0.9)))
 
 
@@ -40,6 +40,7 @@ def mistyped_path(ctx: Context) -> Finding | None:
     if not found:
         return None
     missing = found.group(1)
+    ctx = ctx.outer()  # the path is rebound where the action runs
     suggestions: list[Suggestion | None] = []
     for name, facts in _path_facts(ctx):
         if facts.get("path") == missing and facts.get("close"):
@@ -53,7 +54,7 @@ def _path_facts(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     return [(n, ctx.facts(n)) for n in ctx.variables if "path" in ctx.facts(n)]
 
 
-def _rebind(ctx: Context, name: str, facts: dict[str, Any]) -> Suggestion:
+def _rebind(ctx: Context, name: str, facts: dict[str, Any]) -> Suggestion | None:
     better = os.path.join(os.path.dirname(str(facts["path"])), str(facts["close"][0]))
     value = repr(better) if ctx.variables[name].type == "str" else f"pathlib.Path({better!r})"
     code = f"{name} = {value}" if value.startswith("'") else f"import pathlib\n{name} = {value}"

@@ -1,0 +1,170 @@
+"""Run-time overhead and restore time of vaccinated code, measured side by side in one run.
+
+    python benchmarks/bench_runtime.py [--quick]
+
+Prints: (1) a real CPU training loop (benchmarks/train100.py, 320 steps) plain vs vaccinated,
+median of interleaved repeats; (2) the per-iteration cost of a tight Python loop plain vs
+vaccinated; (3) restore time — from the exception to execution resuming — for Retry, Action and
+Surgery decided by a policy on the 100-line training function, at the first crash at a site and
+at a repeated one; (4) what the same recovery costs by restarting from the last checkpoint (new
+process, import, rebuild, load, redo the lost steps), and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("DAIFU_RECORD", os.path.join(tempfile.mkdtemp(), "experiment_record.log"))
+os.environ.setdefault("DAIFU_WORKSPACE", os.path.join(tempfile.mkdtemp(), "daifu_workspace"))
+
+import daifu  # noqa: E402
+from daifu import record  # noqa: E402
+import train100  # noqa: E402
+
+from loguru import logger  # noqa: E402
+
+logger.remove()  # keep the benchmark's output to its table
+
+
+def no_fault(step: int) -> None:
+    return None
+
+
+def interleaved(plain, vaccinated, repeats: int) -> tuple[float, float, float]:
+    """Median plain time, median vaccinated time, median of the per-pair ratios."""
+    plain_times, vaccinated_times, ratios = [], [], []
+    for index in range(repeats):
+        pair = []
+        for fn in ((plain, vaccinated) if index % 2 == 0 else (vaccinated, plain)):
+            started = time.perf_counter()
+            fn()
+            pair.append((fn, time.perf_counter() - started))
+        times = dict(pair)
+        plain_times.append(times[plain])
+        vaccinated_times.append(times[vaccinated])
+        ratios.append(times[vaccinated] / times[plain])
+    return statistics.median(plain_times), statistics.median(vaccinated_times), statistics.median(ratios)
+
+
+def training_overhead(repeats: int) -> None:
+    vaccinated_train = daifu.transform(train100.train)
+    model, optimizer, data = train100.build()
+
+    def run(fn):
+        return lambda: fn(model, optimizer, data, 20, no_fault)
+
+    plain_s, vacc_s, ratio = interleaved(run(train100.train), run(vaccinated_train), repeats)
+    print(f"training loop, 320 steps: plain {plain_s * 1e3:.1f} ms, vaccinated {vacc_s * 1e3:.1f} ms, "
+          f"overhead {100 * (ratio - 1):+.2f}% (median of {repeats} interleaved pairs)")
+
+
+def tight_loop(repeats: int) -> None:
+    def loop(n):
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+
+    vaccinated = daifu.transform(loop)
+    n = 1_000_000
+    plain_s, vacc_s, ratio = interleaved(lambda: loop(n), lambda: vaccinated(n), repeats)
+    print(f"tight loop: plain {plain_s / n * 1e9:.1f} ns/iteration, vaccinated {vacc_s / n * 1e9:.1f} ns/iteration, "
+          f"x{ratio:.3f} ({(vacc_s - plain_s) / n * 1e9:+.1f} ns)")
+
+
+class FaultAt:
+    def __init__(self, step: int) -> None:
+        self.step, self.fired = step, False
+
+    def __call__(self, step: int) -> None:
+        if step == self.step and not self.fired:
+            self.fired = True
+            raise ConnectionResetError("collective timed out (injected)")
+
+
+def restore_times(runs: int, crash_step: int) -> dict[str, list[float]]:
+    """Milliseconds from the exception to the resume, per decision, cold (new site) and warm."""
+    source = inspect.getsource(train100.train)
+    decisions = {
+        "Retry": lambda crash: daifu.Retry(),
+        "Action": lambda crash: daifu.Action("clip = 2.0"),
+        "Surgery": lambda crash: daifu.Surgery(source.replace("            fault(step)\n", "            pass\n")),
+    }
+    results: dict[str, list[float]] = {}
+    for name, policy in decisions.items():
+        daifu.set_policy(policy)
+        for temperature in ("cold", "warm"):
+            durations = []
+            shared = daifu.transform(train100.train)
+            for _ in range(runs):
+                fn = shared if temperature == "warm" else daifu.transform(train100.train)
+                model, optimizer, data = train100.build()
+                fn(model, optimizer, data, 1, FaultAt(crash_step % 16))
+                durations.append(record.history[-1]["duration_ms"])
+            if name == "Surgery" and temperature == "warm":
+                continue  # a surgery installs a new version: every surgery is a first
+            results[f"{name} ({temperature})"] = durations
+    daifu.set_policy(None)
+    return results
+
+
+def checkpoint_retry(crash_step: int, every: int, runs: int) -> list[float]:
+    """Seconds to recover by restarting: new process, import, rebuild, load, redo the lost steps."""
+    folder = Path(tempfile.mkdtemp())
+    model, optimizer, data = train100.build()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, folder / "last.pt")
+    lost = crash_step % every
+    script = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(HERE)!r})\n"
+        "from train100 import build, train\n"
+        "model, optimizer, data = build()\n"
+        f"state = torch.load({str(folder / 'last.pt')!r})\n"
+        "model.load_state_dict(state['model']); optimizer.load_state_dict(state['optimizer'])\n"
+        f"train(model, optimizer, (data * 8)[:{lost}], 1, lambda step: None)\n"
+    )
+    durations = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", script], check=True)
+        durations.append(time.perf_counter() - started)
+    return durations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
+    options = parser.parse_args()
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    repeats = 5 if options.quick else 21
+    print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs\n")
+    training_overhead(repeats)
+    tight_loop(repeats)
+    crash_step, every = 175, 50
+    restore = restore_times(5 if options.quick else 20, crash_step)
+    print("\nrestore time, exception to resume (ms), 100-line training function:")
+    for name, values in restore.items():
+        print(f"  {name:<16} median {statistics.median(values):7.3f}   min {min(values):7.3f}   max {max(values):7.3f}")
+    baseline = checkpoint_retry(crash_step, every, 2 if options.quick else 5)
+    base = statistics.median(baseline)
+    print(f"\ncheckpoint-retry (restart, import, rebuild, load, redo {crash_step % every} steps): median {base:.2f} s")
+    for name, values in restore.items():
+        print(f"  in situ {name:<16} is {base * 1e3 / statistics.median(values):,.0f}x faster")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""The `daifu` command: run or replay a script with DaiFu, read the record, serve the repair bot.
+
+Exit status: 0 when all went well, 2 for a usage error (a missing script, an unknown function,
+a repair number that is not in the record), 1 when a part that is not installed was asked for.
+`daifu run` ends as the script does: its exceptions and `sys.exit` pass through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+from collections.abc import Callable, Sequence
+
+from daifu import config, launch, record
+
+USAGE_ERROR = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `daifu` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="daifu", description="In-situ crash recovery for deep-learning programs.")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for name, text in (
+        ("run", "run a script with its entry functions vaccinated (the script is not edited)"),
+        ("replay", "run a script again, re-applying the repairs of the last recorded run"),
+    ):
+        command = commands.add_parser(name, help=text, description=text)
+        command.add_argument(
+            "--entry",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="a function to vaccinate, top-level or Class.method; repeatable (default: main)",
+        )
+        command.add_argument("script", type=Path, help="the Python script to run")
+        command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+        command.set_defaults(handler=_run, replay=name == "replay")
+    show = commands.add_parser("show", help="list the repairs of the record", description="List the recorded repairs.")
+    show.add_argument("--record", type=Path, help="a repairs.jsonl file (default: the workspace's)")
+    show.set_defaults(handler=_show)
+    report = commands.add_parser(
+        "report", help="show one recorded repair in full", description="Show one recorded repair."
+    )
+    report.add_argument("--record", type=Path, help="a repairs.jsonl file (default: the workspace's)")
+    report.add_argument("number", type=int, nargs="?", help="its number in `daifu show` (default: the last)")
+    report.set_defaults(handler=_report)
+    serve = commands.add_parser("serve", help="serve the repair bot over HTTP", description="Serve the repair bot.")
+    serve.add_argument("--backend", choices=("rules", "openai"), default="rules", help="who diagnoses (default: rules)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
+    serve.set_defaults(handler=_serve)
+    demo = commands.add_parser("demo", help="a short crash-and-repair demonstration", description="Run the demo.")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    script = Path(args.script).absolute()
+    command = "replay" if args.replay else "run"
+    if not script.is_file():
+        return _usage_error(f"daifu {command}: no such script: {args.script}")
+    try:
+        code, names = launch.vaccinated_code(script, args.entry)
+    except launch.LaunchError as error:
+        return _usage_error(f"daifu {command}: {error}")
+    if not names:
+        print(
+            f"daifu {command}: {script.name} defines no main(); only what it decorates itself is vaccinated "
+            "(--entry NAME names a function)",
+            file=sys.stderr,
+        )
+    if args.replay:
+        config.configure(mode="replay")
+    launch.run_as_main(code, script, args.args)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    entries = _load(args.record)
+    if entries is None:
+        return USAGE_ERROR
+    if not entries:
+        print("No repairs recorded.")
+        return 0
+    rows = [("#", "time", "function", "where", "exception", "decision", "by", "restore")]
+    for index, entry in enumerate(entries, 1):
+        rows.append(
+            (
+                str(index),
+                str(entry.get("time", "")).replace("T", " ")[:19],
+                str(entry.get("function", "?")),
+                f"{Path(str(entry.get('file', '?'))).name}:{entry.get('line', '?')}",
+                str(entry.get("exception_type", "?")),
+                str(entry.get("decision", "?")),
+                str(entry.get("decided_by", "")),
+                _duration(entry.get("duration_ms")),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    entries = _load(args.record)
+    if entries is None:
+        return USAGE_ERROR
+    number = args.number if args.number is not None else len(entries)
+    if not 1 <= number <= len(entries):
+        return _usage_error(f"daifu report: no repair {number} in the record ({len(entries)} recorded)")
+    entry = entries[number - 1]
+    for key, value in entry.items():
+        if key != "code":
+            print(f"{key:>17}: {value}")
+    if entry.get("code"):
+        print("             code:")
+        print("\n".join(f"    {line}" for line in str(entry["code"]).rstrip("\n").splitlines()))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:  # the server and its dependencies load only for this command
+        from repairbot.server import serve
+    except ImportError as missing:
+        return _missing("the repair bot server", missing)
+    serve(host=args.host, port=args.port, backend=args.backend)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        from daifu.demo import main as demo
+    except ImportError as missing:
+        return _missing("the demo", missing)
+    demo()
+    return 0
+
+
+def _load(path: Path | None) -> list[dict[str, Any]] | None:
+    path = path or record.repairs_path()
+    try:
+        return record.load(path)
+    except FileNotFoundError:
+        print(f"No record at {path}.", file=sys.stderr)
+        return []
+    except (OSError, ValueError) as error:
+        print(f"daifu: cannot read the record {path}: {error}", file=sys.stderr)
+        return None
+
+
+def _duration(milliseconds: Any) -> str:
+    if not isinstance(milliseconds, (int, float)):
+        return "-"
+    return f"{milliseconds:.0f} ms" if milliseconds < 10_000 else f"{milliseconds / 1000:.1f} s"
+
+
+def _usage_error(message: str) -> int:
+    print(message, file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _missing(what: str, error: ImportError) -> int:
+    print(f"daifu: {what} is not available in this installation: {error}", file=sys.stderr)
+    return 1

@@ -1,0 +1,360 @@
+"""The `(DaiFu)` console: pdb in the faulty frame, plus the commands that repair the crash.
+
+The console only asks and shows: each repair command validates what the user wrote and sets the
+pending decision; nothing is applied until the user leaves with `q`/`continue`, and the runtime
+carries the decision out (see `daifu.runtime`). The console never turns tracing on — it is opened
+with `setup()` and `cmdloop()`, not `set_trace()` — so the program runs at full speed once it is
+left, and pdb's stepping commands say they are unavailable instead of half-working.
+
+Before a person is asked, a broadcast file of the same crash answers (see `daifu.broadcast`).
+"""
+
+from __future__ import annotations
+
+import pdb
+import sys
+from pathlib import Path
+
+from daifu import broadcast, describe, editor, record, repair, workspace
+from daifu.colour import paint, wanted
+from daifu.config import Settings
+from daifu.crash import Crash
+from daifu.decisions import Action, Decision, Retry, Skip, Surgery
+from daifu.diffs import source_diff
+
+COMMANDS = (
+    "describe",
+    "focus",
+    "edit",
+    "surgery",
+    "action",
+    "pass",
+    "retry",
+    "broadcast",
+    "report",
+    "exit",
+    "continue",
+)
+"""DaiFu's own commands, in the order `help` lists them."""
+
+_focused: set[Path] = set()
+"""Surgery files `focus` wrote in this process: when a refused decision brings the console back
+for the same repair, the user's edits are kept, while files left by an earlier run are replaced."""
+
+
+def decide(crash: Crash, settings: Settings) -> Decision | None:
+    """A broadcast play for `crash`, else the console's decision when a person is at the terminal.
+
+    `None` (no broadcast, no terminal, or the console left without a decision) means Raise.
+    """
+    match = broadcast.lookup(crash)
+    if match is not None:
+        play = record.play_name(match.decision)
+        print(
+            f"DaiFu: {crash.exception_type} at {crash.filename}:{crash.lineno}: applying {play} from "
+            f"the broadcast {match.path}",
+            file=sys.stderr,
+        )
+        record.note(f"Repair {record.current_number()}: {play} applied from the broadcast {match.path}")
+        return match.decision
+    if not sys.stdin.isatty():
+        return None
+    return open_console(crash)
+
+
+def open_console(crash: Crash) -> Decision | None:
+    """The console on `crash`, one process at a time (`daifu.repair.repair_lock`)."""
+    number = record.current_number()  # read before the console, where the user may run code that crashes
+    with repair.repair_lock:
+        return Console(crash, number).session()
+
+
+class Console(pdb.Pdb):
+    """pdb on the live faulty frame, without tracing, with DaiFu's repair commands.
+
+    crash: what is being repaired; number: its repair number N, which names the workspace files.
+    decision: the pending decision, returned when the console is left (`None`: raise).
+    broadcast_of: the decision last saved by `broadcast`; rewritten on leaving if it changed.
+    """
+
+    def __init__(self, crash: Crash, number: int) -> None:
+        super().__init__(nosigint=True, readrc=False)  # no .pdbrc: a `continue` there would leave at once
+        self.prompt = "(DaiFu) "
+        self.crash = crash
+        self.number = number
+        self.decision: Decision | None = None
+        self.broadcast_of: Decision | None = None
+        self.colour = wanted(self.stdout)
+
+    # -- session ----------------------------------------------------------------------------
+
+    def session(self) -> Decision | None:
+        """Show the crash, take commands until the user leaves, return the decision taken."""
+        if self.crash.frame is None:
+            self.error("The faulty frame is gone; nothing to inspect. The exception is raised.")
+            return None
+        self.reset()
+        self.setup(self.crash.frame, describe.from_faulty_frame(self.crash))
+        self._select_faulty_frame()
+        self.message(self._intro())
+        try:
+            self._cmdloop()
+        finally:
+            self.forget()
+        if self.broadcast_of is not None and self.decision is not None and self.decision != self.broadcast_of:
+            self._broadcast(self.decision)
+        return self.decision
+
+    def _select_faulty_frame(self) -> None:
+        """Make the vaccinated frame current, at the faulty line.
+
+        pdb would start at the deepest frame of the traceback (often library code), and give the
+        faulty frame its `f_lineno`, which is where DaiFu's catcher runs rather than the user's line.
+        """
+        for index, (frame, _) in enumerate(self.stack):
+            if frame is self.crash.frame:
+                self.stack[index] = (frame, self.crash.lineno)
+                self.curindex, self.curframe = index, frame
+                self.curframe_locals = frame.f_locals
+                self.lineno = max(0, self.crash.lineno - 6)  # so that `list` centres on the faulty line
+
+    def _intro(self) -> str:
+        crash = self.crash
+        lines = [
+            paint(f"DaiFu caught {crash.exception_type}: {crash.exception}", "bold", self.colour),
+            f"  in {crash.qualname}, {crash.filename}, line {crash.lineno}:",
+            *(f"    {line}" for line in crash.statement.splitlines()),
+        ]
+        if crash.attempt > 1:
+            lines.append(f"  The same crash again here (attempt {crash.attempt}).")
+        lines += [f"  Tried {_shortened(what)} -> {why}" for what, why in crash.tried]
+        lines.append(f"Repair {self.number}. Type `describe` for details, `help` for the commands, `q` to leave.")
+        return "\n".join(lines)
+
+    def onecmd(self, line: str) -> bool:
+        """Run one command; an error inside a command is shown, and the session goes on."""
+        try:
+            return bool(super().onecmd(line))
+        except Exception as error:  # a failing command must never end the session (nor the program)
+            self.error(f"{line.split()[0] if line.split() else line!r} failed: {type(error).__name__}: {error}")
+            return False
+
+    # -- looking -----------------------------------------------------------------------------
+
+    def do_describe(self, arg: str) -> None:
+        """describe
+        Show the function's source with the faulty line marked `>>`, then the traceback with values.
+        The source is the one running (after a surgery, the new one), numbered as in your file."""
+        self.message(describe.describe(self.crash, self.colour))
+
+    def do_report(self, arg: str) -> None:
+        """report
+        Show the crash report exactly as it would be sent to the repair bot (secrets redacted)."""
+        try:  # the report is the repair bot's business; the console works without it
+            from daifu.report import build_report, render_report_text
+        except ImportError as missing:
+            self.error(f"The crash report is not available in this installation: {missing}")
+            return
+        self.message(render_report_text(build_report(self.crash)))
+
+    # -- preparing a repair ------------------------------------------------------------------
+
+    def do_focus(self, arg: str) -> None:
+        """focus
+        Write (surgery-N)<func>.py, a copy of the source to edit, and an empty (action-N)<func>.py.
+        N is this repair's number. Focusing again for the same repair keeps your edits."""
+        if not self._focused:
+            try:
+                workspace.write(self._surgery_path, self.crash.source)
+                workspace.write(self._action_path, "")
+            except OSError as error:
+                self.error(f"Cannot write the workspace files: {error}")
+                return
+            _focused.add(self._surgery_path)
+        self.message(
+            f"Edit the function's source in:\n  {self._surgery_path}\n"
+            f"Write code to run in the faulty frame in:\n  {self._action_path}\n"
+            "Then type `surgery` or `action` (`edit` opens the source in $VISUAL/$EDITOR)."
+        )
+
+    def do_edit(self, arg: str) -> None:
+        """edit [surgery|action]
+        Open the surgery file (or the action file) of `focus` in $VISUAL or $EDITOR."""
+        which = arg.strip() or "surgery"
+        if which not in ("surgery", "action"):
+            self.error("Usage: edit [surgery|action]")
+            return
+        if self._not_focused(which):
+            return
+        problem = editor.edit(self._surgery_path if which == "surgery" else self._action_path)
+        if problem is not None:
+            self.message(problem)
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def do_surgery(self, arg: str) -> None:
+        """surgery
+        Validate the edited surgery file, show the diff, and take it as the decision.
+        When you leave with `q`, the new function resumes at the faulty statement. A refused
+        surgery shows the reason and changes nothing."""
+        source = self._read_focus_file("surgery", self._surgery_path)
+        if source is None:
+            return
+        if source == self.crash.source:
+            self.error(f"{self._surgery_path.name} is unchanged: edit it first. Nothing changed.")
+            return
+        decision = Surgery(source)
+        reason = self.crash.check(decision)
+        if reason is not None:
+            self.error(f"Surgery refused: {reason}. Nothing changed; fix the file and type `surgery` again.")
+            return
+        self.message(
+            source_diff(
+                self.crash.source, source, self.crash.first_lineno, self.crash.function_name, self.colour
+            ).rstrip("\n")
+        )
+        self._take(decision, "Surgery accepted")
+
+    def do_action(self, arg: str) -> None:
+        """action
+        Take the action file's code as the decision: it runs in the faulty frame, then a retry.
+        When you leave with `q`, the code runs in the faulty frame's context (it may rebind locals
+        and globals), then the faulty statement runs again."""
+        code = self._read_focus_file("action", self._action_path)
+        if code is None:
+            return
+        if not code.strip():
+            self.error(f"{self._action_path.name} is empty: write the code to run first. Nothing changed.")
+            return
+        decision = Action(code)
+        reason = self.crash.check(decision)
+        if reason is not None:
+            self.error(f"Action refused: {reason}. Nothing changed; fix the file and type `action` again.")
+            return
+        self.message("\n".join(f"    {line}" for line in code.rstrip("\n").splitlines()))
+        self._take(decision, "Action accepted")
+
+    def do_pass(self, arg: str) -> None:
+        """pass
+        Skip the faulty statement: the program goes on after it when you leave with `q`."""
+        self._take(Skip(), "Pass")
+
+    def do_retry(self, arg: str) -> None:
+        """retry
+        Run the faulty statement again, unchanged, when you leave with `q`."""
+        self._take(Retry(), "Retry")
+
+    def do_broadcast(self, arg: str) -> None:
+        """broadcast
+        Save this repair as N.broadcast, for every process that hits the same crash to apply.
+        A process that meets the same function, line and exception type takes the same decision
+        without asking. Saved as JSON: reading it never runs code."""
+        if self.decision is None:
+            self.error("Nothing to broadcast yet: take a decision first (surgery, action, pass or retry).")
+            return
+        path = self._broadcast(self.decision)
+        if path is not None:
+            self.message(f"Broadcast saved to {path}.")
+
+    # -- leaving -----------------------------------------------------------------------------
+
+    def do_continue(self, arg: str) -> bool:
+        """c(ont(inue)) | q(uit)
+        Leave the console; the program goes on with the decision taken (none: raise)."""
+        if self.decision is None:
+            self.message("No decision taken: the exception is raised.")
+        else:
+            self.message(f"Leaving the console: {record.play_name(self.decision)}.")
+        return True
+
+    do_c = do_cont = do_q = do_quit = do_continue
+
+    def do_EOF(self, arg: str) -> bool:
+        """EOF (Ctrl-D)
+        Leave the console, as `q` does."""
+        self.message("")
+        return self.do_continue(arg)
+
+    def do_exit(self, arg: str) -> None:
+        """exit
+        End the program now (SystemExit); the crash is not repaired."""
+        self.message("Deliberately Exit This Program.")
+        record.note(f"Repair {self.number}: Deliberately Exit This Program.")
+        raise SystemExit(1)
+
+    def _no_stepping(self, arg: str) -> None:
+        """(not available in the DaiFu console)
+        Stepping needs tracing, which the DaiFu console never turns on. Use `retry`, `pass`,
+        `action` or `surgery`, then `q`."""
+        self.error("Stepping is not available in the DaiFu console: use retry, pass, action or surgery, then q.")
+
+    do_step = do_s = do_next = do_n = do_until = do_unt = do_return = do_r = _no_stepping
+    do_jump = do_j = do_run = do_restart = _no_stepping
+
+    def do_help(self, arg: str) -> None:
+        """h(elp) [command]
+        Without a command, list DaiFu's commands, then pdb's; with one, show its help."""
+        if arg.strip():
+            super().do_help(arg)
+            return
+        self.message("DaiFu commands (`help <command>` for more):")
+        for name in COMMANDS:
+            doc = getattr(self, f"do_{name}").__doc__
+            summary = doc.splitlines()[1].strip() if doc else "(no help: docstrings removed by -OO)"
+            self.message(f"  {name:<10} {summary}")
+        self.message(
+            "pdb's commands work on the faulty frame, with the live values: p, pp, l, ll, w, up, down, "
+            "interact, !statement."
+        )
+        super().do_help(arg)
+
+    do_h = do_help
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    @property
+    def _surgery_path(self) -> Path:
+        return workspace.surgery_file(self.number, self.crash.function_name).absolute()
+
+    @property
+    def _action_path(self) -> Path:
+        return workspace.action_file(self.number, self.crash.function_name).absolute()
+
+    @property
+    def _focused(self) -> bool:
+        return self._surgery_path in _focused
+
+    def _not_focused(self, what: str) -> bool:
+        if not self._focused:
+            self.error(f"No {what} file yet: type `focus` first. Nothing changed.")
+        return not self._focused
+
+    def _read_focus_file(self, what: str, path: Path) -> str | None:
+        if self._not_focused(what):
+            return None
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as error:
+            self.error(f"Cannot read {path}: {error}. Nothing changed.")
+            return None
+
+    def _take(self, decision: Decision, what: str) -> None:
+        earlier = self.decision
+        self.decision = decision
+        replaced = f" (instead of {record.play_name(earlier)})" if earlier is not None and earlier != decision else ""
+        self.message(f"{what}{replaced}: it takes effect when you leave with `q` or `continue`.")
+
+    def _broadcast(self, decision: Decision) -> Path | None:
+        try:
+            path = broadcast.save(self.crash, self.number, [decision])
+        except OSError as error:
+            self.error(f"Cannot write the broadcast file: {error}")
+            return None
+        self.broadcast_of = decision
+        return path
+
+
+def _shortened(text: str, limit: int = 60) -> str:
+    """A tried decision on one line: a surgery's repr holds the whole source."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

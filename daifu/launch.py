@@ -1,0 +1,94 @@
+"""Running a script as `__main__` with some of its functions vaccinated, without editing it.
+
+Like `python -m pdb script.py`: the script is parsed, `@daifu.transform` is added to the named
+functions in the syntax tree only (the file on disk is untouched), and the tree is compiled with
+the script's real file name and line numbers, so tracebacks, `inspect.getsource` and DaiFu's own
+source reading all see the user's file as it is.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import sys
+import tokenize
+import types
+from pathlib import Path
+from collections.abc import Sequence
+
+DEFAULT_ENTRY = "main"
+
+
+class LaunchError(Exception):
+    """The script cannot be run as asked; the message names the script and says why."""
+
+
+def vaccinated_code(script: Path, entries: Sequence[str]) -> tuple[types.CodeType, list[str]]:
+    """The script's code with `entries` vaccinated, and the names vaccinated.
+
+    With no `entries`, `main` is vaccinated if the script defines it. `Class.method` names a method.
+    """
+    try:
+        with tokenize.open(script) as stream:  # honours the script's coding declaration
+            source = stream.read()
+    except OSError as error:
+        raise LaunchError(f"cannot read {script}: {error.strerror or error}") from None
+    try:
+        tree = ast.parse(source, str(script))
+    except SyntaxError as error:
+        raise LaunchError(f"{script}, line {error.lineno}: {error.msg}") from None
+    names = list(entries) or ([DEFAULT_ENTRY] if _find(tree, DEFAULT_ENTRY) else [])
+    for name in names:
+        node = _find(tree, name)
+        if node is None:
+            known = ", ".join(_function_names(tree)) or "none"
+            raise LaunchError(f"{script} has no function {name!r} to vaccinate (its functions: {known})")
+        node.decorator_list.append(_transform_decorator(node))
+    return compile(tree, str(script), "exec", dont_inherit=True), names
+
+
+def run_as_main(code: types.CodeType, script: Path, argv: Sequence[str]) -> None:
+    """Run `code` as the `__main__` module of `script`, with `sys.argv` and `sys.path[0]` as
+    `python script.py argv...` would set them; both and `__main__` are restored afterwards."""
+    module = types.ModuleType("__main__")
+    module.__file__ = str(script)
+    module.__builtins__ = builtins  # type: ignore[attr-defined]
+    saved = sys.modules["__main__"], sys.argv, sys.path[0]
+    sys.modules["__main__"], sys.argv, sys.path[0] = module, [str(script), *argv], str(script.parent)
+    try:
+        exec(code, module.__dict__)
+    finally:
+        sys.modules["__main__"], sys.argv, sys.path[0] = saved
+
+
+def _find(tree: ast.Module, name: str) -> ast.FunctionDef | None:
+    """The top-level function `name`, or the method `Class.method`."""
+    scope: list[ast.stmt] = tree.body
+    *classes, function = name.split(".")
+    for class_name in classes:
+        found = [n for n in scope if isinstance(n, ast.ClassDef) and n.name == class_name]
+        if not found:
+            return None
+        scope = found[-1].body
+    defs = [n for n in scope if isinstance(n, ast.FunctionDef) and n.name == function]
+    return defs[-1] if defs else None  # the last definition is the one the module keeps
+
+
+def _function_names(tree: ast.Module) -> list[str]:
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            names.append(node.name)
+        elif isinstance(node, ast.ClassDef):
+            names += [f"{node.name}.{n.name}" for n in node.body if isinstance(n, ast.FunctionDef)]
+    return names
+
+
+def _transform_decorator(node: ast.FunctionDef) -> ast.expr:
+    """`__import__('daifu').transform`, placed on the `def` line: it adds no name to the script's
+    globals, and it is the innermost decorator, so it vaccinates the function as written."""
+    decorator = ast.parse("__import__('daifu').transform", mode="eval").body
+    for part in ast.walk(decorator):
+        part.lineno = part.end_lineno = node.lineno  # type: ignore[attr-defined]
+        part.col_offset = part.end_col_offset = node.col_offset  # type: ignore[attr-defined]
+    return decorator

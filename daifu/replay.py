@@ -1,0 +1,211 @@
+"""Replay: re-apply the repairs of a recorded run, in order, with no one at the terminal.
+
+Rerunning an experiment reproducibly means taking, at each crash, the decision taken the first
+time. Two records are understood:
+
+- the prototype's `TRANSFORM_REGISTRY['REPEAT_ACTIONS'] = ['Surgery', 'Action', 'Pass', ...]`: one
+  element per repair N, its code read from the workspace files `(surgery-N)<func>.py` and
+  `(action-N)<func>.py`; an element may be a list of plays for one crash;
+- `configure(mode="replay")`: the successful repairs of the last recorded run in
+  `<workspace>/repairs.jsonl`, which also say where each crash was, so a crash that differs is
+  noticed.
+
+One decision answers one offer of a crash, so the plays of a list are given one per offer: the
+next play answers the same crash when the runtime refused the previous one or the crash recurred
+at once. When the run departs from the record, the replay stops, says why (a warning and a record
+line), and every later crash goes to the console (at a terminal) or raises.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from daifu import config, plays, record, workspace
+from daifu.config import Settings
+from daifu.crash import Crash
+from daifu.decisions import Decision
+
+
+@dataclass(frozen=True)
+class Step:
+    """One recorded repair: its number N, its plays, and where it happened when the record says.
+
+    `codes` is `None` for the prototype's format, whose code lives in the workspace files.
+    """
+
+    number: int
+    names: tuple[str, ...]
+    codes: tuple[str | None, ...] | None = None
+    function: str | None = None
+    line: int | None = None
+    exception_type: str | None = None
+
+    def mismatch(self, crash: Crash) -> str | None:
+        """Why `crash` is not the crash this step repaired, or `None`."""
+        if self.function is None:
+            return None
+        recorded = (self.function, self.line, self.exception_type)
+        if recorded == (crash.qualname, crash.lineno, crash.exception_type):
+            return None
+        return (
+            f"the record has {self.exception_type} in {self.function} line {self.line}, "
+            f"this run has {crash.exception_type} in {crash.qualname} line {crash.lineno}"
+        )
+
+    def decision(self, index: int, crash: Crash) -> Decision:
+        """Play `index` of this step as a decision; `plays.BadPlay` or `OSError` when it cannot be read."""
+        name = self.names[index]
+        if self.codes is not None:
+            return plays.to_decision(name, self.codes[index])
+        if name not in ("Surgery", "Action"):
+            return plays.to_decision(name, None)
+        path = (workspace.surgery_file if name == "Surgery" else workspace.action_file)(
+            self.number, crash.function_name
+        )
+        return plays.to_decision(name, path.read_text(encoding="utf-8"))
+
+
+class Stopped(Exception):
+    """The run departed from the record; the message says where and how."""
+
+
+class Replay:
+    """The steps not yet replayed, and the one in progress.
+
+    steps: the recorded repairs still ahead; current: the step answering the present crash, with
+    `used` of its plays given; stopped: set once the run departed from the record, for good.
+    """
+
+    def __init__(self, steps: list[Step], origin: str) -> None:
+        self.steps = deque(steps)
+        self.origin = origin
+        self.current: Step | None = None
+        self.used = 0
+        self.stopped = False
+
+    def answer(self, crash: Crash) -> Decision:
+        """The recorded decision for `crash`; `Stopped` when there is none."""
+        step = self._continuing(crash) or self._next_step(crash)
+        try:
+            decision = step.decision(self.used, crash)
+        except (plays.BadPlay, OSError) as error:
+            raise Stopped(f"repair {step.number} cannot be replayed: {error}") from None
+        self.used += 1
+        return decision
+
+    def _continuing(self, crash: Crash) -> Step | None:
+        """The current step, if `crash` is its crash offered again (refused, or recurring at once)."""
+        step = self.current
+        again = bool(crash.tried) or crash.attempt > 1
+        if step is not None and again and self.used < len(step.names) and step.mismatch(crash) is None:
+            return step
+        return None
+
+    def _next_step(self, crash: Crash) -> Step:
+        if not self.steps:
+            raise Stopped(f"{self.origin} has no more repairs")
+        step = self.current = self.steps.popleft()
+        self.used = 0
+        mismatch = step.mismatch(crash)
+        if mismatch is not None:
+            raise Stopped(f"repair {step.number} does not match: {mismatch}")
+        return step
+
+
+_lock = threading.Lock()
+_session: list[Replay] = []
+
+
+def decide(crash: Crash, settings: Settings) -> Decision | None:
+    """The next recorded decision; once the run departs from the record, the console or `None` (raise)."""
+    with _lock:
+        replay = _session[0] if _session else _start(settings)
+        if not replay.stopped:
+            try:
+                decision = replay.answer(crash)
+            except Stopped as stop:
+                replay.stopped = True
+                _say_stopped(str(stop))
+            else:
+                print(
+                    f"DaiFu replay: {record.play_name(decision)} for {crash.exception_type} in "
+                    f"{crash.qualname} line {crash.lineno}",
+                    file=sys.stderr,
+                )
+                return decision
+    from daifu import console  # imported late: console imports pdb, which a replay rarely needs
+
+    return console.decide(crash, settings)
+
+
+def _start(settings: Settings) -> Replay:
+    repeat = config.TRANSFORM_REGISTRY.get("REPEAT_ACTIONS")
+    try:
+        replay = Replay(*(_seed_steps(repeat) if repeat else _record_steps(settings)))
+    except Stopped as stop:
+        _say_stopped(str(stop))
+        replay = Replay([], "")
+        replay.stopped = True
+    _session.append(replay)
+    return replay
+
+
+def _seed_steps(repeat: Any) -> tuple[list[Step], str]:
+    """Steps of the prototype's `REPEAT_ACTIONS` list."""
+    if not isinstance(repeat, (list, tuple)):
+        raise Stopped(f"REPEAT_ACTIONS is {repeat!r}, not a list of plays")
+    steps = []
+    for number, element in enumerate(repeat, 1):
+        names = tuple(element) if isinstance(element, (list, tuple)) else (element,)
+        unknown = [name for name in names if name not in plays.NAMES]
+        if unknown or not names:
+            raise Stopped(f"REPEAT_ACTIONS[{number - 1}] is {element!r}; plays are {', '.join(plays.NAMES)}")
+        steps.append(Step(number, names))
+    return steps, "REPEAT_ACTIONS"
+
+
+def _record_steps(settings: Settings) -> tuple[list[Step], str]:
+    """Steps of the last recorded run in `repairs.jsonl` that was not itself a pure replay."""
+    path = settings.workspace / record.REPAIRS_FILE
+    try:
+        entries = record.load(path)
+    except OSError as error:
+        raise Stopped(f"there is no record to replay: {error}") from None
+    except ValueError as error:
+        raise Stopped(f"{path} is not a DaiFu record: {error}") from None
+    run = _last_run([e for e in entries if e.get("decision") not in (None, "Raise")])
+    steps = [
+        Step(
+            e.get("repair", n),
+            (str(e["decision"]),),
+            (e.get("code"),),
+            e.get("function"),
+            e.get("line"),
+            e.get("exception_type"),
+        )
+        for n, e in enumerate(run, 1)
+    ]
+    return steps, str(path)
+
+
+def _last_run(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries of the most recent process whose repairs were not all replayed from this record."""
+    runs: list[list[dict[str, Any]]] = []
+    for entry in entries:
+        if runs and runs[-1][0].get("pid") == entry.get("pid"):
+            runs[-1].append(entry)
+        else:
+            runs.append([entry])
+    first_hand = [run for run in runs if any(entry.get("decided_by") != "replay" for entry in run)]
+    return (first_hand or runs or [[]])[-1]
+
+
+def _say_stopped(reason: str) -> None:
+    message = f"DaiFu replay stopped: {reason}; later crashes go to the console, or raise"
+    warnings.warn(message, RuntimeWarning, 2)
+    record.note(message)

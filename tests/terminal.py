@@ -1,0 +1,99 @@
+"""Driving a program through a real pseudo-terminal, as a person at the `(DaiFu)` prompt would."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Sequence
+
+import pexpect
+
+PROGRAMS = Path(__file__).parent / "programs"
+PROMPT = "(DaiFu) "
+TIMEOUT = 30  # seconds: a hung child fails the test instead of hanging CI
+
+
+def child_env(tmp_path: Path, colour: bool = False, **extra: str) -> dict[str, str]:
+    """The environment of a child: workspace and record in `tmp_path`, no colour unless asked."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("DAIFU_") and k not in ("NO_COLOR", "VISUAL", "EDITOR")
+    }
+    env.update(DAIFU_WORKSPACE=str(tmp_path / "ws"), DAIFU_RECORD=str(tmp_path / "experiment_record.log"), TERM="dumb")
+    if not colour:
+        env["NO_COLOR"] = "1"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Terminal:
+    """A child under a pseudo-terminal; `command` types a line and returns what it printed."""
+
+    child: pexpect.spawn
+    workspace: Path
+
+    def wait_prompt(self) -> str:
+        self.child.expect_exact(PROMPT)
+        return _clean(self.child.before)
+
+    def command(self, line: str) -> str:
+        self.child.sendline(line)
+        return self.wait_prompt()
+
+    def leave_to_prompt(self, line: str = "q") -> str:
+        """Type `line`, which leaves the console, and wait for the console to open again."""
+        return self.command(line)
+
+    def leave(self, line: str = "q") -> str:
+        """Type `line`, then read everything up to the end of the program."""
+        self.child.sendline(line)
+        return self.finish()
+
+    def finish(self) -> str:
+        self.child.expect(pexpect.EOF)
+        self.child.close()
+        return _clean(self.child.before)
+
+    @property
+    def status(self) -> int | None:
+        return self.child.exitstatus
+
+    def surgery_file(self, n: int = 1, func: str = "main") -> Path:
+        return self.workspace / f"(surgery-{n}){func}.py"
+
+    def action_file(self, n: int = 1, func: str = "main") -> Path:
+        return self.workspace / f"(action-{n}){func}.py"
+
+
+def spawn(
+    tmp_path: Path, args: Sequence[str], colour: bool = False, command: str = sys.executable, **extra: str
+) -> Terminal:
+    """Start `command args` under a pseudo-terminal in `tmp_path`."""
+    child = pexpect.spawn(
+        command,
+        list(args),
+        env=child_env(tmp_path, colour, **extra),
+        cwd=str(tmp_path),
+        encoding="utf-8",
+        timeout=TIMEOUT,
+        dimensions=(50, 200),
+    )
+    return Terminal(child, tmp_path / "ws")
+
+
+def program(name: str) -> str:
+    return str(PROGRAMS / name)
+
+
+def _clean(text: str) -> str:
+    return text.replace("\r\n", "\n")
+
+
+def line_of(name: str, text: str) -> int:
+    """The line number of the first line of program `name` that contains `text`."""
+    for number, line in enumerate((PROGRAMS / name).read_text().splitlines(), 1):
+        if text in line:
+            return number
+    raise LookupError(f"{text!r} is not in {name}")

@@ -1,0 +1,175 @@
+"""The client side: asking the bot, checking its suggestions, and deciding in automatic mode."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from daifu.automatic import decide, patch_action, to_decision
+from daifu.botclient import ask_bot
+from daifu.config import Settings
+from daifu.decisions import Action, Retry, Skip, Surgery
+from daifu.report import FunctionInfo, build_report
+from daifu.suggestions import check_action, check_safety, check_surgery
+from repairbot.protocol import Suggestion
+from repairbot.server import start_in_thread
+from tests.botfixtures import crash_from, report_of
+
+
+def halves(xs):
+    n = len(xs) / 2
+    for _ in range(1):
+        head = xs[:n]
+    return head
+
+
+@pytest.fixture(scope="module")
+def bot() -> Iterator[str]:
+    url, stop = start_in_thread(token="client-token")
+    yield url
+    stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_without_url_the_rules_engine_answers_in_process() -> None:
+    answer = ask_bot(report_of(halves, [1, 2]), None)
+    assert answer.source == "in-process" and answer.backend_used == "rules" and answer.warning is None
+    assert answer.suggestions[0].kind == "surgery"
+
+
+def test_with_url_the_server_answers(bot: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAIFU_REPAIRBOT_TOKEN", "client-token")
+    answer = ask_bot(report_of(halves, [1, 2]), bot)
+    assert answer.source == bot and answer.warning is None and answer.suggestions
+
+
+def test_unreachable_server_falls_back_with_a_warning() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    answer = ask_bot(report_of(halves, [1, 2]), url, timeout=2)
+    assert answer.source == "in-process" and answer.suggestions
+    assert url in (answer.warning or "") and "ConnectError" in (answer.warning or "")
+
+
+def test_refused_token_falls_back_naming_the_status(bot: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAIFU_REPAIRBOT_TOKEN", "wrong")
+    answer = ask_bot(report_of(halves, [1, 2]), bot)
+    assert answer.source == "in-process" and "HTTP 401" in (answer.warning or "")
+
+
+FUNCTION = FunctionInfo(name="halves", qualname="halves", source="def halves(xs):\n    n = len(xs) / 2\n"
+                        "    for _ in range(1):\n        head = xs[:n]\n    return head\n",
+                        filename="f.py", first_lineno=10, lineno=13, statement="        head = xs[:n]\n", kind="statement")
+
+
+def test_surgery_that_does_not_compile_is_rejected() -> None:
+    verdict = check_surgery(FUNCTION.source.replace("xs[:n]", "xs[:n"), FUNCTION)
+    assert not verdict and "does not parse" in str(verdict)
+
+
+def test_surgery_must_keep_name_and_parameters() -> None:
+    renamed = FUNCTION.source.replace("def halves(xs)", "def halve(xs, k)")
+    reasons = check_surgery(renamed, FUNCTION).reasons
+    assert any("defines 'halve'" in r for r in reasons) and any("parameters" in r for r in reasons)
+
+
+def test_surgery_outside_the_crashed_block_needs_approval() -> None:
+    wide = FUNCTION.source.replace("len(xs) / 2", "len(xs) // 2")
+    assert "outside the block" in str(check_surgery(wide, FUNCTION))
+    assert check_surgery(wide, FUNCTION, allow_wide=True).ok
+    assert check_surgery(FUNCTION.source.replace("xs[:n]", "xs[:int(n)]"), FUNCTION).ok
+
+
+def test_surgery_loading_unknown_names_is_rejected() -> None:
+    verdict = check_surgery(FUNCTION.source.replace("xs[:n]", "xs[:m]"), FUNCTION, names=set())
+    assert "'m'" in str(verdict)
+
+
+def test_action_that_does_not_compile_is_rejected() -> None:
+    assert "does not compile" in str(check_action("x = ("))
+
+
+@pytest.mark.parametrize("code", [
+    "import subprocess\nsubprocess.run(['ls'])", "import os\nos.system('ls')", "eval('1')", "exec('x=1')",
+    "__import__('os')", "import shutil\nshutil.rmtree('data')", "from pathlib import Path\nPath('x').unlink()",
+    "import os as o\no.remove('x')", "import urllib.request", "import socket", "import requests",
+    "getattr(os, name)()", "compile('1', 'f', 'eval')", "from os import system",
+])
+def test_unsafe_code_is_refused(code: str) -> None:
+    assert not check_safety(code)
+
+
+@pytest.mark.parametrize("code", [
+    "import os\nos.makedirs('ckpt', exist_ok=True)", "import time\ntime.sleep(2)", "items.remove(3)",
+    "x = x.float()", "import torch\ntorch.cuda.empty_cache()",
+])
+def test_ordinary_repairs_are_safe(code: str) -> None:
+    assert check_safety(code)
+
+
+def test_suggestions_become_decisions() -> None:
+    def make(kind: str, code: str = "") -> Suggestion:
+        return Suggestion(kind=kind, code=code, explanation="", confidence=0.5, target="sys.modules['m'].f")
+
+    assert to_decision(make("surgery", "def f(): pass")) == Surgery("def f(): pass")
+    assert to_decision(make("action", "x = 1")) == Action("x = 1")
+    assert to_decision(make("retry")) == Retry() and to_decision(make("skip")) == Skip()
+    patch = to_decision(make("patch_function", "    @cache\n    def f(self):\n        return 2\n"))
+    assert isinstance(patch, Action) and check_action(patch.code) and check_safety(patch.code)
+    assert "def _daifu_patch_f(self):" in patch.code and "@cache" not in patch.code
+
+
+def test_patch_action_swaps_the_code_in_place() -> None:
+    def helper() -> int:
+        return 1
+
+    namespace = {"helper": helper}
+    exec(patch_action("def helper():\n    return 2\n", "helper"), {}, namespace)
+    assert helper() == 2 and set(namespace) == {"helper", "sys"}
+
+
+def settings(tmp_path: Path, approve: str) -> Settings:
+    return Settings(mode="automatic", approve=approve, workspace=tmp_path / "ws")
+
+
+def test_auto_approval_takes_the_best_valid_safe_suggestion(tmp_path: Path) -> None:
+    crash = crash_from(halves, [1, 2, 3, 4])
+    decision = decide(crash, settings(tmp_path, "auto"))
+    assert isinstance(decision, Surgery) and "xs[:int(n)]" in decision.source
+    assert crash.tried[-1][0] == repr(decision)
+
+
+def test_a_repair_that_did_not_hold_is_not_offered_again(tmp_path: Path) -> None:
+    crash = crash_from(halves, [1, 2, 3, 4])
+    first = decide(crash, settings(tmp_path, "auto"))
+    again = crash_from(halves, [1, 2, 3, 4])
+    again.tried = list(crash.tried)
+    second = decide(again, settings(tmp_path, "auto"))
+    assert second is not None and second != first
+
+
+def test_never_records_and_returns_none(tmp_path: Path) -> None:
+    crash = crash_from(halves, [1, 2, 3, 4])
+    assert decide(crash, settings(tmp_path, "never")) is None
+    entry = json.loads((tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()[-1])
+    assert entry["approve"] == "never" and entry["suggestions"][0]["kind"] == "surgery"
+    assert entry["fingerprint"] == __import__("daifu.report").report.fingerprint(build_report(crash))
+
+
+def test_ask_without_a_terminal_returns_none(tmp_path: Path) -> None:
+    # pytest's stdin is not a TTY, so nobody can be asked
+    assert decide(crash_from(halves, [1, 2, 3, 4]), settings(tmp_path, "ask")) is None
+
+
+def test_runtime_objection_rules_a_suggestion_out(tmp_path: Path) -> None:
+    crash = crash_from(halves, [1, 2, 3, 4])
+    crash.check = lambda decision: "no surgery today" if isinstance(decision, Surgery) else None
+    assert isinstance(decide(crash, settings(tmp_path, "auto")), Action)

@@ -1,0 +1,206 @@
+"""The `(DaiFu)` console, typed at through a real pseudo-terminal; one behaviour per test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from daifu.console import COMMANDS
+from tests.terminal import Terminal, line_of, program, spawn
+
+FAULTY = "total = total + item"
+FIXED_SOURCE = ("total + item", "total + int(item)")
+
+
+def crashed(tmp_path: Path, name: str = "accumulate.py", **options: object) -> Terminal:
+    """`name` started under a terminal and stopped at its crash, at the prompt."""
+    terminal = spawn(tmp_path, [program(name)], **options)  # type: ignore[arg-type]
+    terminal.wait_prompt()
+    return terminal
+
+
+def fix_surgery_file(terminal: Terminal, old: str, new: str) -> None:
+    path = terminal.surgery_file()
+    path.write_text(path.read_text().replace(old, new))
+
+
+def test_describe_marks_the_faulty_line_and_shows_live_values(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    shown = terminal.command("describe")
+    line = line_of("accumulate.py", FAULTY)
+    assert f">> {line}          {FAULTY}" in shown
+    assert f"   {line - 1}      for item in data:" in shown
+    assert "└ '3'" in shown and "TypeError: unsupported operand type(s) for +: 'int' and 'str'" in shown
+    terminal.command("pass")
+    terminal.leave("q")
+
+
+def test_pdb_commands_see_the_live_frame(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    assert "(3, '3', [1, 2])" in terminal.command("p total, item, seen")
+    assert f"accumulate.py({line_of('accumulate.py', FAULTY)})main()" in terminal.command("w")
+    terminal.command("pass")
+    assert "FINAL total=7 seen=[1, 2, '3', 4]" in terminal.leave("q")
+
+
+def test_surgery_resumes_at_the_faulty_statement_with_the_state_kept(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    paths = terminal.command("focus")
+    assert str(terminal.surgery_file()) in paths and str(terminal.action_file()) in paths
+    assert terminal.action_file().read_text() == ""
+    fix_surgery_file(terminal, *FIXED_SOURCE)
+    shown = terminal.command("surgery")
+    assert f"-        {FAULTY}" in shown and "+        total = total + int(item)" in shown
+    assert "Surgery accepted" in shown
+    out = terminal.leave("q")
+    assert "FINAL total=10 seen=[1, 2, '3', 4] trace=None" in out
+    assert terminal.status == 0
+    record = [json.loads(line) for line in (terminal.workspace / "repairs.jsonl").read_text().splitlines()]
+    assert [(r["decision"], r["decided_by"]) for r in record] == [("Surgery", "console")]
+
+
+def test_action_runs_in_the_faulty_frame_then_retries(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    terminal.command("focus")
+    terminal.action_file().write_text("item = int(item)\n")
+    assert "Action accepted" in terminal.command("action")
+    assert "FINAL total=10 seen=[1, 2, 3, 4] trace=None" in terminal.leave("q")
+
+
+def test_a_failing_action_brings_the_console_back_with_the_reason(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    terminal.command("focus")
+    terminal.action_file().write_text("item = undefined_name\n")
+    terminal.command("action")
+    again = terminal.leave_to_prompt("q")
+    assert "Tried Action(" in again and "the action raised NameError" in again
+    terminal.command("focus")
+    assert terminal.action_file().read_text() == "item = undefined_name\n"  # the edits are kept
+    terminal.action_file().write_text("item = int(item)\n")
+    terminal.command("action")
+    assert "FINAL total=10 seen=[1, 2, 3, 4]" in terminal.leave("q")
+
+
+def test_pass_skips_the_faulty_statement(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    terminal.command("pass")
+    assert "FINAL total=7 seen=[1, 2, '3', 4] trace=None" in terminal.leave("continue")
+
+
+def test_retry_runs_the_statement_again(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "flaky.py")
+    assert "Retry" in terminal.command("retry")
+    assert "FINAL got=[0, 10, 20] calls=4" in terminal.leave("q")
+
+
+def test_exit_ends_the_program(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    out = terminal.leave("exit")
+    assert "Deliberately Exit This Program." in out and "FINAL" not in out
+    assert terminal.status == 1
+
+
+def test_leaving_without_a_decision_raises_the_original_exception(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    out = terminal.leave("q")
+    assert "No decision taken" in out and "TypeError: unsupported operand" in out
+    assert terminal.status == 1
+
+
+def test_edit_opens_the_surgery_file_in_the_editor(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, EDITOR="sed -i s/total\\ +\\ item/total\\ +\\ int(item)/")
+    terminal.command("focus")
+    terminal.command("edit")
+    assert "total = total + int(item)" in terminal.surgery_file().read_text()
+    assert "Surgery accepted" in terminal.command("surgery")
+    assert "FINAL total=10" in terminal.leave("q")
+
+
+def test_refused_surgery_shows_why_and_changes_nothing(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    terminal.command("focus")
+    original = terminal.surgery_file().read_text()
+    terminal.surgery_file().write_text(original.replace("def main():", "def main(extra):"))
+    assert "Surgery refused:" in terminal.command("surgery")
+    terminal.surgery_file().write_text(original.replace(FAULTY, "total = total +"))
+    refused = terminal.command("surgery")
+    assert "Surgery refused: the new source does not compile: line" in refused
+    assert "(3, '3')" in terminal.command("p total, item")
+    terminal.surgery_file().write_text(original.replace(*FIXED_SOURCE))
+    assert "Surgery accepted" in terminal.command("surgery")
+    assert "FINAL total=10" in terminal.leave("q")
+
+
+def test_surgery_and_action_before_focus_say_so(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    assert "type `focus` first. Nothing changed." in terminal.command("surgery")
+    assert "type `focus` first. Nothing changed." in terminal.command("action")
+    assert not terminal.workspace.exists() or not list(terminal.workspace.glob("(surgery-*"))
+    assert "No decision taken" in terminal.leave("q")
+
+
+def test_help_lists_every_daifu_command(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    listing = terminal.command("help")
+    for name in COMMANDS:
+        assert f"\n  {name:<10} " in listing
+    assert "focus\n" in terminal.command("help focus")
+    terminal.command("pass")
+    terminal.leave("q")
+
+
+def test_stepping_is_refused_and_the_session_goes_on(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    assert "Stepping is not available" in terminal.command("next")
+    terminal.command("pass")
+    assert "FINAL total=7" in terminal.leave("q")
+
+
+def test_ctrl_c_at_the_prompt_keeps_the_session(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    terminal.child.sendintr()
+    terminal.child.expect_exact("--KeyboardInterrupt--")
+    terminal.wait_prompt()
+    terminal.command("pass")
+    assert "FINAL total=7" in terminal.leave("q")
+
+
+def test_broadcast_is_applied_by_the_next_process_without_asking(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    terminal.command("pass")
+    assert "Broadcast saved to" in terminal.command("broadcast")
+    terminal.leave("q")
+    saved = json.loads((terminal.workspace / "1.broadcast").read_text())
+    assert saved["plays"] == [{"play": "Pass", "code": None}] and saved["exception_type"] == "TypeError"
+    again = spawn(tmp_path, [program("accumulate.py")])
+    out = again.finish()
+    assert "applying Pass from the broadcast" in out and "FINAL total=7" in out and "(DaiFu)" not in out
+
+
+def test_report_shows_the_crash_report(tmp_path: Path) -> None:
+    pytest.importorskip("daifu.report")
+    terminal = crashed(tmp_path)
+    shown = terminal.command("report")
+    assert "Crash report" in shown and "total = total + item" in shown
+    terminal.command("pass")
+    terminal.leave("q")
+
+
+def test_diff_is_coloured_on_a_terminal_without_no_color(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, colour=True)
+    terminal.command("focus")
+    fix_surgery_file(terminal, *FIXED_SOURCE)
+    assert "\x1b[32m+        total = total + int(item)\x1b[0m" in terminal.command("surgery")
+    assert "FINAL total=10" in terminal.leave("q")
+
+
+@pytest.mark.torch
+def test_describe_shows_tensors_by_shape_dtype_and_device(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    terminal = crashed(tmp_path, "tensors.py")
+    shown = terminal.command("describe")
+    assert "tensor(shape=[2, 3], dtype=float32, device=cpu)" in shown
+    assert "tensor(shape=[4, 5], dtype=float32, device=cpu)" in shown
+    terminal.leave("exit")
