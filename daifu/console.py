@@ -116,6 +116,7 @@ class Console(pdb.Pdb):
                 self.stack[index] = (frame, self.crash.lineno)
                 self.curindex, self.curframe = index, frame
                 self.curframe_locals = frame.f_locals
+                self.crash.edited_locals = self.curframe_locals  # `!x = 1` rebinds are resumed with
                 self.lineno = max(0, self.crash.lineno - 6)  # so that `list` centres on the faulty line
 
     def _intro(self) -> str:

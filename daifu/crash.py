@@ -37,6 +37,9 @@ class Crash:
     frame: FrameType | None = None
     tried: list[tuple[str, str]] = field(default_factory=list)
     check: Callable[[Any], str | None] = field(default=lambda decision: None, repr=False)
+    edited_locals: Mapping[str, Any] | None = field(default=None, repr=False)
+    """Set by a decider that let a person rebind locals in the live frame (the console's `!x = 1`):
+    the locals to resume with, instead of the snapshot taken at the crash."""
 
     @cached_property
     def traceback_text(self) -> str:

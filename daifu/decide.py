@@ -7,7 +7,6 @@ whose module is missing or fails falls back to `Raise`, with a warning.
 from __future__ import annotations
 
 import importlib
-import sys
 import warnings
 from typing import Any
 
@@ -42,8 +41,6 @@ def decide(crash: Crash) -> tuple[Decision, str]:
         return Retry(), "registry"
     settings = config.settings()
     mode = "replay" if registry.get("REPEAT_ACTIONS") else settings.mode
-    if mode == "interactive" and not sys.stdin.isatty():
-        return Raise(), "default"
     module_name = _MODE_DECIDERS.get(mode)
     if module_name is None:
         return Raise(), "default"

@@ -8,6 +8,7 @@ either never costs the run: an `OSError` is reported once and the run goes on.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
@@ -18,11 +19,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loguru import logger
+import loguru
+
+
 
 from daifu import config
 from daifu.crash import Crash
 from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+
+def _own_logger() -> Any:
+    """A loguru logger with handlers of its own.
+
+    The application's handlers (loguru's default one prints every line on stderr) must not print
+    the record: it would mix into the console and repeat each repair's JSON. Loguru's documented
+    recipe, `copy.deepcopy(logger)`, fails while the global logger holds a stderr handler, so the
+    logger is built from a fresh core; should that private constructor change, the global logger
+    is used instead.
+    """
+    try:
+        from loguru._logger import Core, Logger
+
+        return Logger(Core(), None, 0, False, False, False, False, True, [], {})
+    except (ImportError, TypeError):
+        return loguru.logger
+
+
+logger = _own_logger()
+atexit.register(logger.remove)  # enqueued lines reach their files before the interpreter exits
+
 
 RECORD_FILE = "experiment_record.log"
 REPAIRS_FILE = "repairs.jsonl"

@@ -211,6 +211,9 @@ class Vaccine:
         entry = record.begin(crash)
         for _offer in range(settings.max_attempts + 1):
             decision, decided_by = decide(crash)
+            if crash.edited_locals is not None:
+                edited = {k: v for k, v in dict(crash.edited_locals).items() if k not in _TEMPORARIES}
+                namespace = {**edited, "@call": namespace["@call"]}
             if isinstance(decision, Raise):
                 entry.failed(decided_by)
                 return None
@@ -239,13 +242,13 @@ class Vaccine:
             mode = self._skip_mode(site)
         elif isinstance(decision, Action):
             self._run_action(decision.code, namespace, crash.frame)
-            for name, cell in cells.items():  # a rebound closure variable is rebound for its closures too
-                if name in namespace:
-                    cell.cell_contents = namespace[name]
         elif isinstance(decision, Surgery):
             version, path, mode = self._operate(decision.source, site, namespace)
         elif not isinstance(decision, Retry):
             raise RepairRefused(f"{decision!r} is not a DaiFu decision")
+        for name, cell in cells.items():  # a closure variable rebound by an action or the console
+            if name in namespace:
+                cell.cell_contents = namespace[name]
         self._remember(version, path, site, namespace, crash)
         try:
             code = self._continuation(version, path, mode)
