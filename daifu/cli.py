@@ -84,13 +84,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    entries = _load(args.record)
+    entries = _load(args.record) if args.record else _load_all()
     if entries is None:
         return USAGE_ERROR
     if not entries:
         print("No repairs recorded.")
         return 0
-    rows = [("#", "time", "function", "where", "exception", "decision", "by", "restore")]
+    ranked = any(entry.get("rank") is not None for entry in entries)
+    header = ("#", "time", "function", "where", "exception", "decision", "by", "restore")
+    rows = [header + (("rank",) if ranked else ())]
     for index, entry in enumerate(entries, 1):
         rows.append(
             (
@@ -103,6 +105,7 @@ def _show(args: argparse.Namespace) -> int:
                 str(entry.get("decided_by", "")),
                 _duration(entry.get("duration_ms")),
             )
+            + ((str(entry.get("rank", "")),) if ranked else ())
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -143,6 +146,18 @@ def _demo(args: argparse.Namespace) -> int:
         return _missing("the demo", missing)
     demo()
     return 0
+
+
+def _load_all() -> list[dict[str, Any]] | None:
+    """The repairs of every rank's record in the workspace, merged by time."""
+    if not any(config.settings().workspace.glob("repairs*.jsonl")):
+        print(f"No record at {record.repairs_path()}.", file=sys.stderr)
+        return []
+    try:
+        return record.all_repairs()
+    except (OSError, ValueError) as error:
+        print(f"daifu: cannot read the records in {config.settings().workspace}: {error}", file=sys.stderr)
+        return None
 
 
 def _load(path: Path | None) -> list[dict[str, Any]] | None:

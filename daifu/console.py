@@ -15,7 +15,7 @@ import pdb
 import sys
 from pathlib import Path
 
-from daifu import broadcast, describe, editor, record, repair, workspace
+from daifu import broadcast, editor, record, repair, workspace
 from daifu.colour import paint, wanted
 from daifu.config import Settings
 from daifu.crash import Crash
@@ -94,6 +94,8 @@ class Console(pdb.Pdb):
             self.error("The faulty frame is gone; nothing to inspect. The exception is raised.")
             return None
         self.reset()
+        from daifu import describe  # better_exceptions is loaded only when a console opens
+
         self.setup(self.crash.frame, describe.from_faulty_frame(self.crash))
         self._select_faulty_frame()
         self.message(self._intro())
@@ -146,6 +148,8 @@ class Console(pdb.Pdb):
         """describe
         Show the function's source with the faulty line marked `>>`, then the traceback with values.
         The source is the one running (after a surgery, the new one), numbered as in your file."""
+        from daifu import describe
+
         self.message(describe.describe(self.crash, self.colour))
 
     def do_report(self, arg: str) -> None:

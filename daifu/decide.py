@@ -10,7 +10,7 @@ import importlib
 import warnings
 from typing import Any
 
-from daifu import config
+from daifu import config, distributed
 from daifu.crash import Crash
 from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
 
@@ -26,7 +26,18 @@ def _checked(value: Any, who: str) -> Decision | None:
 
 
 def decide(crash: Crash) -> tuple[Decision, str]:
-    """The decision for `crash`, and who took it (policy, registry, bot, replay, console, default)."""
+    """The decision for `crash`, and who took it (policy, registry, bot, replay, console, default).
+
+    In a multi-rank torch.distributed job the ranks that meet the same crash share one decision
+    (`daifu.distributed`).
+    """
+    if distributed.active():
+        return distributed.coordinate(crash, _decide_here)
+    return _decide_here(crash, True)
+
+
+def _decide_here(crash: Crash, console_allowed: bool) -> tuple[Decision, str]:
+    """The decision taken in this process; without a console when another rank owns the terminal."""
     policy = config.policy()
     if policy is not None:
         try:
@@ -41,6 +52,8 @@ def decide(crash: Crash) -> tuple[Decision, str]:
         return Retry(), "registry"
     settings = config.settings()
     mode = "replay" if registry.get("REPEAT_ACTIONS") else settings.mode
+    if mode == "interactive" and not console_allowed:
+        return Raise(), "default"
     module_name = _MODE_DECIDERS.get(mode)
     if module_name is None:
         return Raise(), "default"

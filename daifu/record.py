@@ -23,7 +23,7 @@ import loguru
 
 
 
-from daifu import config
+from daifu import config, distributed
 from daifu.crash import Crash
 from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
 
@@ -63,8 +63,10 @@ _jsonl_sinks: dict[str, int] = {}
 _log = logger.bind(daifu_record=True)
 
 
-def _record_path() -> Path:
-    return Path(os.environ.get("DAIFU_RECORD") or RECORD_FILE)
+def _per_rank(path: Path) -> Path:
+    """`path` for this rank: `experiment_record.rank1.log` in a multi-rank job, else unchanged."""
+    number = distributed.rank()
+    return path if number is None else path.with_name(f"{path.stem}.rank{number}{path.suffix}")
 
 
 def _ensure_sink() -> None:
@@ -77,9 +79,16 @@ def _ensure_sink() -> None:
             return
         if "id" in _sink:
             logger.remove(_sink.pop("id"))
-        path = Path(raw).resolve()
+        path = _per_rank(Path(raw)).resolve()
+        rank = distributed.rank()
+        line = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | " + (f"rank {rank} | " if rank is not None else "")
         try:  # enqueue: the writing happens in loguru's thread, never on the path to a resume
-            _sink["id"] = logger.add(path, filter=lambda r: r["extra"].get("daifu_record", False), enqueue=True)
+            _sink["id"] = logger.add(
+                path,
+                format=line + "{name}:{function}:{line} - {message}",
+                filter=lambda r: r["extra"].get("daifu_record", False),
+                enqueue=True,
+            )
         except OSError as error:
             warnings.warn(f"DaiFu cannot write its record {path}: {error}", RuntimeWarning, 3)
         _sink["raw"] = raw
@@ -172,6 +181,7 @@ class Entry:
             "decided_by": self.decided_by,
             "plays": self.plays,
             "pid": os.getpid(),
+            "rank": distributed.rank(),
         }
         history.append(item)
         path = repairs_path()
@@ -200,8 +210,15 @@ def current_number() -> int:
 
 
 def repairs_path() -> Path:
-    """The JSON-lines record of the workspace now in effect."""
-    return config.settings().workspace / REPAIRS_FILE
+    """The JSON-lines record of the workspace now in effect (this rank's, in a multi-rank job)."""
+    return _per_rank(config.settings().workspace / REPAIRS_FILE)
+
+
+def all_repairs(folder: Path | None = None) -> list[dict[str, Any]]:
+    """The repairs of every JSON-lines record in the workspace (one per rank), by time."""
+    folder = folder or config.settings().workspace
+    entries = [entry for path in sorted(folder.glob("repairs*.jsonl")) for entry in load(path)]
+    return sorted(entries, key=lambda entry: (str(entry.get("time", "")), entry.get("rank") or 0))
 
 
 def load(path: Path | None = None) -> list[dict[str, Any]]:

@@ -132,6 +132,15 @@ class Context:
         return len(self.report.tried)
 
 
+def wait_code(seconds: float) -> str:
+    """Action code sleeping `seconds`, binding no name of the user's module.
+
+    An action's names that are not the function's locals become the module's globals, so a plain
+    `import time` would replace a user's `from time import time` by the module.
+    """
+    return f"import time as _daifu_time\n_daifu_time.sleep({seconds})\ndel _daifu_time"
+
+
 def retry(explanation: str, confidence: float) -> Suggestion:
     return Suggestion(kind="retry", explanation=explanation, confidence=confidence)
 

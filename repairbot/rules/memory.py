@@ -2,28 +2,53 @@
 
 from __future__ import annotations
 
+import ast
+import re
+
 from repairbot.protocol import Suggestion
-from repairbot.rules.context import Context, Finding, present, retry, search
+from repairbot.rules.context import Context, Finding, present, retry, search, wait_code
+from repairbot.rules.edit import parse_def
 
 _OOM = r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|failed to allocate"
 _BUSY = r"busy or unavailable|another process|in use by|cudaErrorDevicesUnavailable"
 _BATCH_NAMES = ("batch_size", "bs", "micro_batch_size")
+_OTHER_PROCESS = r"\bProcess \d+ has ([\d.]+) ([KMGT]?i?B) memory in use"
+_THIS_PROCESS = r"this process has ([\d.]+) ([KMGT]?i?B) memory in use"
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
 def device_busy(ctx: Context) -> Finding | None:
     """Memory held by another process comes back when it ends: wait with growing delays, then retry."""
-    if not search(_BUSY, ctx.message):
+    if not search(_BUSY, ctx.message) and not _others_hold_more(ctx.message):
         return None
     delay = min(300, 10 * 2 ** ctx.tried_count())
     return Finding("out_of_memory", "The device is busy or its memory is held by another process; this program's "
                    "own use is not the cause.", present(
-                       ctx.outer().action(f"import time\ntime.sleep({delay})",
+                       ctx.outer().action(wait_code(delay),
                                   f"Wait {delay} s for the other process to release the device, then retry.", 0.75),
                        retry("Run the statement again now.", 0.4)))
 
 
+def _others_hold_more(message: str) -> bool:
+    """Whether a CUDA out-of-memory message says other processes hold more of the device than this one.
+
+    PyTorch's caching allocator lists each process on the device: `Process 4242 has 70.00 GiB memory in
+    use.` for the others, `Including non-PyTorch memory, this process has 7.82 GiB memory in use.` for
+    itself.
+    """
+    if not search(r"out of memory", message):
+        return False
+    others = sum(_bytes(size, unit) for size, unit in re.findall(_OTHER_PROCESS, message, re.IGNORECASE))
+    mine = search(_THIS_PROCESS, message)
+    return others > (_bytes(*mine.groups()) if mine else 0)
+
+
+def _bytes(size: str, unit: str) -> float:
+    return float(size) * _UNITS.get(unit, 1)
+
+
 def out_of_memory(ctx: Context) -> Finding | None:
-    """Halve the batch (the loader for later batches, the tensors of this one), free the cache, retry."""
+    """Halve the batch (the batches still to come, the loader, the tensors of this one), free the cache, retry."""
     if "OutOfMemoryError" not in ctx.exception_types and not search(_OOM, ctx.message):
         return None
     ctx = ctx.outer()  # the loader and the batch live in the training loop
@@ -36,10 +61,12 @@ def out_of_memory(ctx: Context) -> Finding | None:
     lines += _halve_batch(ctx)
     if cuda:
         lines += ["torch.cuda.empty_cache()"]
+    lines += ["del _daifu_half"]  # a helper name the action made; it must not become a global
     return Finding("out_of_memory", "The device ran out of memory for this batch: the activations of a smaller batch "
                    "fit.", present(
-                       ctx.action("\n".join(lines), "Halve the batch size (rebuild the data loader; the current batch "
-                                  "keeps its first half)" + (" and free cached GPU memory" if cuda else "") +
+                       ctx.action("\n".join(lines), "Halve the batch size (the batches still to come, this epoch's "
+                                  "and, through a rebuilt data loader, later ones'; the current batch keeps its first "
+                                  "half)" + (" and free cached GPU memory" if cuda else "") +
                                   ", then rerun the statement.", 0.8),
                        _empty_cache_and_retry(cuda)))
 
@@ -52,6 +79,10 @@ def _halve_loader(ctx: Context) -> list[str]:
     return [
         "import torch",
         f"_daifu_half = max(1, {name}.batch_size // 2)",
+        # The running epoch goes on with the iterator it has: its batch sampler reads its batch size
+        # before each batch, so halving it there halves the batches still to come this epoch.
+        f"if isinstance({name}.batch_sampler, torch.utils.data.BatchSampler) and not {name}.drop_last:",
+        f"    {name}.batch_sampler.batch_size = _daifu_half",
         f"{name} = torch.utils.data.DataLoader({name}.dataset, batch_size=_daifu_half, "
         f"shuffle=isinstance({name}.sampler, torch.utils.data.RandomSampler), num_workers={name}.num_workers, "
         f"collate_fn={name}.collate_fn, pin_memory={name}.pin_memory, drop_last={name}.drop_last)",
@@ -66,11 +97,33 @@ def _halve_batch_size(ctx: Context) -> list[str]:
 
 
 def _halve_batch(ctx: Context) -> list[str]:
-    """Cut the tensors of the current batch, so that rerunning the statement needs less memory."""
+    """Cut the tensors of the current batch, so that rerunning the statement needs less memory.
+
+    The batch is what the statement uses and what the enclosing `for` loops bound (inputs and
+    targets alike: cutting only the inputs would crash the loss on mismatched sizes).
+    """
     sizes = {v.facts.get("batch_size") for v in ctx.variables.values() if v.type == "DataLoader"}
     sizes |= {ctx.facts(n).get("value") for n in _BATCH_NAMES}
-    batch = [n for n, f in ctx.tensors() if (f.get("shape") or [None])[0] in sizes - {None} and not f.get("requires_grad")]
+    names = list(dict.fromkeys(ctx.names + sorted(_loop_targets(ctx))))
+    batch = [n for n in names if ctx.variables[n].type == "Tensor" and not ctx.facts(n).get("requires_grad")
+             and (ctx.facts(n).get("shape") or [None])[0] in sizes - {None}]
     return [f"{n} = {n}[:_daifu_half]" for n in batch]
+
+
+def _loop_targets(ctx: Context) -> set[str]:
+    """The variables bound by the targets of the `for` loops whose body holds the faulty statement."""
+    f = ctx.report.function
+    tree = parse_def(f.source)
+    if tree is None:
+        return set()
+    line = f.lineno - f.first_lineno + 1
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.For, ast.AsyncFor)):
+            continue
+        if node.body[0].lineno <= line <= (node.end_lineno or node.lineno):
+            found |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    return {n for n in found if n in ctx.variables}
 
 
 def _empty_cache_and_retry(cuda: bool) -> Suggestion:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repairbot.rules.context import Context, Finding, present, retry, search
+from repairbot.rules.context import Context, Finding, present, retry, search, wait_code
 
 _TRANSIENT = (
     r"collective|NCCL|Gloo|Connection reset|connection refused|Broken pipe|timed? ?out|Timeout"
@@ -27,7 +27,7 @@ def transient(ctx: Context) -> Finding | None:
     delay = min(60, 2 ** tries)
     return Finding("transient", "A transient failure (I/O, network, collective communication or a device hiccup) "
                    "that often passes when tried again.", present(
-                       ctx.outer().action(f"import time\ntime.sleep({delay})", f"Wait {delay} s (back-off grows with each "
+                       ctx.outer().action(wait_code(delay), f"Wait {delay} s (back-off grows with each "
                                   f"retry, at most {MAX_RETRIES}), then rerun the statement.", 0.7),
                        retry("Run the statement again at once.", 0.5)))
 

@@ -1,0 +1,50 @@
+"""`python -m DLFailureBenchmark [--quick] [--case ID ...] [--scenario NAME ...] [--out DIR]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from DLFailureBenchmark import cases, harness, report
+
+
+def _progress(done: int, total: int, current: str, elapsed: float) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    line = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed / 60:5.1f} min  {current}"
+    if sys.stderr.isatty():
+        print(f"\r{line:<100}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m DLFailureBenchmark",
+                                     description="Real crashing DL programs, recovered in situ by DaiFu, and measured.")
+    parser.add_argument("--case", action="append", help="a case id (or its prefix); repeatable")
+    parser.add_argument("--scenario", action="append", choices=sorted(cases.SCENARIOS), help="repeatable")
+    parser.add_argument("--quick", action="store_true", help="the CI subset, with fewer repeats (under 3 minutes)")
+    parser.add_argument("--out", type=Path, default=cases.HERE / "results",
+                        help="where results.json and results.md go (default: DLFailureBenchmark/results)")
+    parser.add_argument("--workdir", type=Path, help="keep every run's folder here (default: a temporary folder)")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    options = parser.parse_args(argv)
+    selected = cases.select(options.case, options.scenario, quick=options.quick and not options.case)
+    if options.list:
+        for case in selected:
+            print(f"{case.id:<40} {case.scenario:<18} {case.description}")
+        return 0
+    plan = harness.QUICK if options.quick else harness.Plan()
+    results = harness.run_all(selected, plan, options.workdir, _progress)
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    (options.out / "results.md").write_text(report.markdown(results), encoding="utf-8")
+    print(report.text_table(results))
+    print(f"\nwritten: {options.out / 'results.json'}, {options.out / 'results.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The benchmark's cases: one folder each under `cases/`, with `case.json`, `buggy/`, `fixed/` and `repairs.jsonl`.
+
+`case.json` says what the case is and how its result is judged:
+
+    id, scenario, family, description        what the program is and what goes wrong
+    expected_exception                         the exception's class name (or a base class's)
+    expected_message                           a regular expression its message matches
+    crash_step                                 the training step the buggy run crashes in
+    compare: {metric, tolerance, relative}     the metric of `main()`'s result compared with the
+                                               fixed run's; `relative`: tolerance times |fixed|;
+                                               the number of steps must be the same as well
+    repairs: [...]                             the in-situ repair a person would make, one per crash,
+                                               which `record_repairs.py` records into repairs.jsonl
+    quick                                      part of the `--quick` subset
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+CASES = HERE / "cases"
+SCENARIOS = {
+    "api_misuse": "API misuse",
+    "tensor_mismatch": "tensor mismatch",
+    "out_of_memory": "out-of-memory bug",
+    "gpu_contention": "GPU contention",
+    "path": "path problem",
+    "exceptional_data": "exceptional data",
+    "nondeterministic": "non-deterministic runtime error",
+    "large_model": "larger model, fault mid-training",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    scenario: str
+    family: str
+    description: str
+    expected_exception: str
+    expected_message: str
+    crash_step: int
+    compare: dict[str, Any]
+    repairs: list[dict[str, Any]]
+    quick: bool = False
+    folder: Path = field(default=CASES, compare=False)
+
+    def program(self, variant: str) -> Path:
+        """The training program of `variant` ("buggy" or "fixed")."""
+        return self.folder / variant / "train.py"
+
+    @property
+    def record(self) -> Path:
+        return self.folder / "repairs.jsonl"
+
+
+def load(folder: Path) -> Case:
+    data = json.loads((folder / "case.json").read_text(encoding="utf-8"))
+    known = set(Case.__dataclass_fields__) - {"folder"}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{folder / 'case.json'} has unknown keys: {', '.join(sorted(unknown))}")
+    return Case(folder=folder.resolve(), **data)
+
+
+def all_cases() -> list[Case]:
+    return [load(path.parent) for path in sorted(CASES.glob("*/case.json"))]
+
+
+def select(ids: list[str] | None = None, scenarios: list[str] | None = None, quick: bool = False) -> list[Case]:
+    """The cases asked for, in folder order; a name that matches nothing is an error."""
+    cases = all_cases()
+    if ids:
+        missing = [i for i in ids if not any(c.id == i or c.id.startswith(i) for c in cases)]
+        if missing:
+            raise SystemExit(f"no case named {', '.join(missing)}; see DLFailureBenchmark/cases/")
+        cases = [c for c in cases if any(c.id == i or c.id.startswith(i) for i in ids)]
+    if scenarios:
+        unknown = [s for s in scenarios if s not in SCENARIOS]
+        if unknown:
+            raise SystemExit(f"no scenario {', '.join(unknown)}; scenarios: {', '.join(SCENARIOS)}")
+        cases = [c for c in cases if c.scenario in scenarios]
+    if quick:
+        cases = [c for c in cases if c.quick]
+    return cases

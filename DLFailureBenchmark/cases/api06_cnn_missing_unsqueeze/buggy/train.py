@@ -1,0 +1,48 @@
+"""API misuse (MNIST-style CNN): a required call missing, `.unsqueeze(0)` for a single sample.
+
+Every 40 steps the script logs the prediction for the first validation image. `x_val[0]` has
+shape (1, 28, 28); the convolutions accept it as an unbatched image, `flatten(1)` then keeps the
+channels apart, and the first Linear layer cannot multiply the result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+import daifu
+from DLFailureBenchmark.checkpoint import load_checkpoint, save_checkpoint
+from DLFailureBenchmark.hosts import cnn
+
+STEPS, BATCH, EVAL_EVERY, CKPT_EVERY = 120, 32, 40, 25
+
+
+@daifu.transform
+def train(model, optimizer, val, ckpt_dir, start, stop, seed):
+    x_val, y_val = val
+    losses = []
+    predictions = []
+    for step in range(start, stop):
+        x, y = cnn.batch(seed, step, BATCH)
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if (step + 1) % EVAL_EVERY == 0:
+            with torch.no_grad():
+                sample = model(x_val[0]).argmax(-1)
+            predictions.append((step + 1, sample.tolist(), int(y_val[0])))
+        if (step + 1) % CKPT_EVERY == 0:
+            save_checkpoint(ckpt_dir, step + 1, model, optimizer)
+    return cnn.metrics(model, val, losses, len(losses))
+
+
+def main(workdir, seed=0, resume=None, until=None):
+    model, optimizer = cnn.build(seed)
+    start = load_checkpoint(resume, model, optimizer)
+    ckpt_dir = Path(workdir) / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    return train(model, optimizer, cnn.validation(seed), ckpt_dir, start, STEPS if until is None else until, seed)

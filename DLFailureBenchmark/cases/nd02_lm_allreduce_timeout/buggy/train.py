@@ -1,0 +1,68 @@
+"""Non-deterministic runtime error (word-level LSTM language model): a collective times out once.
+
+The script averages gradients across data-parallel workers with `dist.all_reduce` (here a
+one-process gloo group). At step 60 one all-reduce is caught by the watchdog's timeout, as happens
+when a peer stalls for a moment; the same call succeeds again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+import daifu
+from DLFailureBenchmark.checkpoint import load_checkpoint, save_checkpoint
+from DLFailureBenchmark.hosts import lm
+import torch.distributed as dist
+
+from DLFailureBenchmark import faults
+from DLFailureBenchmark.hosts.common import retrying
+
+STEPS, BATCH, BPTT, EVAL_BATCH, EVAL_EVERY, CKPT_EVERY, CLIP = 150, 16, 20, 10, 40, 25, 0.25
+
+
+@daifu.transform
+def train(model, optimizer, data, ckpt_dir, start, stop):
+    ntokens = len(data.dictionary)
+    train_data = lm.batchify(data.train, BATCH)
+    valid_data = lm.batchify(data.valid, EVAL_BATCH)
+    per_epoch = (train_data.size(0) - 1) // BPTT
+    hidden = model.init_hidden(BATCH)
+    losses, valid_losses = [], []
+    for step in range(start, stop):
+        i = (step % per_epoch) * BPTT
+        if i == 0:
+            hidden = model.init_hidden(BATCH)
+        x, targets = lm.get_batch(train_data, i, BPTT)
+        hidden = lm.repackage_hidden(hidden)
+        output, hidden = model(x, hidden)
+        loss = F.cross_entropy(output.view(-1, ntokens), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        for parameter in model.parameters():
+            dist.all_reduce(parameter.grad)
+            parameter.grad /= dist.get_world_size()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        optimizer.step()
+        losses.append(loss.item())
+        if (step + 1) % EVAL_EVERY == 0:
+            valid_losses.append(lm.evaluate(model, valid_data))
+        if (step + 1) % CKPT_EVERY == 0:
+            save_checkpoint(ckpt_dir, step + 1, model, optimizer)
+    return lm.metrics(model, data, losses, len(losses))
+
+
+def main(workdir, seed=0, resume=None, until=None):
+    if not dist.is_initialized():
+        address = Path(workdir).resolve() / "process-group"
+        dist.init_process_group("gloo", init_method=f"file://{address}", rank=0, world_size=1)
+    data = lm.corpus(Path(workdir))
+    model, optimizer = lm.build(seed, len(data.dictionary))
+    start = load_checkpoint(resume, model, optimizer)
+    parameters = len(list(model.parameters()))
+    faults.flaky("torch.distributed.all_reduce", fail_on={(60 - start) * parameters + 3}, error=faults.collective_timeout)
+    ckpt_dir = Path(workdir) / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    return train(model, optimizer, data, ckpt_dir, start, STEPS if until is None else until)

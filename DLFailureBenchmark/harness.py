@@ -1,0 +1,247 @@
+"""The benchmark's harness: every case run fixed, buggy, replayed and repaired by the bot, and the baseline.
+
+For each case, each in its own process:
+
+1. `fixed`, plain: the reference result;
+2. `buggy`, plain: it must crash with the expected exception; its step at the crash and its last
+   checkpoint are kept;
+3. `buggy`, vaccinated, `mode="replay"`: the case's recorded repairs re-applied;
+4. `buggy`, vaccinated, `mode="automatic"`, `approve="auto"`, asking one rules repair bot that the
+   harness serves on a loopback port for the whole run;
+5. the checkpoint-retry baseline, timed from outside: a new process that imports the fixed program,
+   rebuilds, loads the buggy run's last checkpoint and redoes the lost steps up to the crash step;
+6. the fault-free overhead: the fixed program plain and vaccinated in one process, interleaved.
+
+"Recovered" means the run finished and its metric is within the case's tolerance of the fixed
+run's, with as many steps. The restore time is DaiFu's own record (`duration_ms`: from the
+exception to the resumed statement), summed over the run's repairs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from DLFailureBenchmark import cases as cases_module
+from DLFailureBenchmark.cases import Case
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure: repeats of the baseline, overhead pairs, and the time limit of one run."""
+
+    baseline_repeats: int = 3
+    overhead_pairs: int = 6
+    large_overhead_pairs: int = 2
+    timeout_s: float = 600.0
+
+
+QUICK = Plan(baseline_repeats=1, overhead_pairs=2, large_overhead_pairs=1)
+
+
+class Runs:
+    """Starts the runner processes of one benchmark run, each in a fresh folder under `root`."""
+
+    def __init__(self, root: Path, bot_url: str | None, plan: Plan) -> None:
+        self.root, self.bot_url, self.plan = root, bot_url, plan
+
+    def run(self, case: Case, name: str, variant: str, mode: str, *extra: str,
+            env: dict[str, str] | None = None) -> tuple[dict[str, Any], float]:
+        """One process; its JSON result and its wall time in seconds."""
+        folder = self.root / case.id / name
+        shutil.rmtree(folder, ignore_errors=True)
+        workspace = folder / "daifu_workspace"
+        workspace.mkdir(parents=True)
+        if mode == "replay":
+            shutil.copy(case.record, workspace / "repairs.jsonl")
+        out = folder / "result.json"
+        variables = dict(os.environ, PYTHONPATH=_pythonpath(), DAIFU_MODE=mode, DAIFU_WORKSPACE=str(workspace),
+                         DAIFU_RECORD=str(folder / "experiment_record.log"), PYTHONHASHSEED="0", **(env or {}))
+        for name_ in ("DAIFU_APPROVE", "DAIFU_REPAIRBOT_URL", "DAIFU_MAX_ATTEMPTS"):
+            variables.pop(name_, None)
+        if mode == "automatic":
+            variables.update(DAIFU_APPROVE="auto", DAIFU_REPAIRBOT_URL=self.bot_url or "")
+        command = [sys.executable, "-m", "DLFailureBenchmark.runner", "--case", str(case.folder), "--variant",
+                   variant, "--workdir", str(folder / "work"), "--out", str(out), *extra]
+        started = time.perf_counter()
+        done = subprocess.run(command, cwd=ROOT, env=variables, capture_output=True, text=True,
+                              timeout=self.plan.timeout_s, check=False)
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0 or not out.exists():
+            return {"finished": False, "error": f"runner exited {done.returncode}: {done.stderr[-3000:]}"}, elapsed
+        return json.loads(out.read_text(encoding="utf-8")), elapsed
+
+
+def _pythonpath() -> str:
+    return os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
+def crashed_as_expected(case: Case, result: dict[str, Any]) -> bool:
+    error = result.get("exception")
+    if not error:
+        return False
+    return case.expected_exception in error["types"] and re.search(case.expected_message, error["message"]) is not None
+
+
+def matches(case: Case, reference: dict[str, Any] | None, result: dict[str, Any]) -> tuple[bool, float | None]:
+    """Whether `result` finished with the reference's steps and its metric within tolerance; and the metric."""
+    metrics = result.get("metrics") if result.get("finished") else None
+    if not metrics or not reference:
+        return False, None
+    metric, tolerance = case.compare["metric"], float(case.compare["tolerance"])
+    value, expected = float(metrics[metric]), float(reference[metric])
+    allowed = tolerance * abs(expected) if case.compare.get("relative") else tolerance
+    return (abs(value - expected) <= allowed and metrics.get("steps") == reference.get("steps")), value
+
+
+def restore_ms(result: dict[str, Any]) -> float | None:
+    """DaiFu's restore time for the run: the sum over its repairs (None when nothing was resumed)."""
+    durations = [r["duration_ms"] for r in result.get("repairs") or [] if r.get("duration_ms") is not None]
+    return round(sum(durations), 3) if durations else None
+
+
+def measure(case: Case, runs: Runs) -> dict[str, Any]:
+    """Every measurement of one case, as one row of the results."""
+    row: dict[str, Any] = {"id": case.id, "scenario": case.scenario, "family": case.family}
+    fixed, _ = runs.run(case, "fixed", "fixed", "off")
+    reference = fixed.get("metrics") if fixed.get("finished") else None
+    row["fixed_metric"] = reference.get(case.compare["metric"]) if reference else None
+    row["fixed_error"] = None if reference else (fixed.get("error") or fixed.get("exception"))
+    buggy, _ = runs.run(case, "buggy", "buggy", "off")
+    row["crashed_as_expected"] = crashed_as_expected(case, buggy)
+    error = buggy.get("exception") or {}
+    row["exception"] = f"{error.get('type', '-')}: {str(error.get('message', buggy.get('error', '')))[:160]}"
+    row["crash_step"] = buggy.get("crash_step")
+    row["total_steps"] = reference.get("steps") if reference else None
+    row["progress"] = (round(row["crash_step"] / row["total_steps"], 3)
+                       if row["crash_step"] is not None and row["total_steps"] else None)
+    for mode in ("replay", "automatic"):
+        result, _ = runs.run(case, mode, "buggy", mode)
+        recovered, value = matches(case, reference, result)
+        row[mode] = {
+            "finished": bool(result.get("finished")), "recovered": recovered, "metric": value,
+            "restore_ms": restore_ms(result) if result.get("finished") else None,
+            "repairs": [{k: r.get(k) for k in ("decision", "decided_by", "duration_ms", "line", "exception_type")}
+                        for r in result.get("repairs") or []],
+            "error": None if result.get("finished") else (result.get("error") or result.get("exception", {}).get("type")),
+        }
+    row["baseline"] = baseline(case, runs, buggy)
+    row["overhead"] = overhead(case, runs)
+    replay_ms = row["replay"]["restore_ms"]
+    base_s = row["baseline"].get("median_s")
+    row["speedup"] = round(base_s * 1000.0 / replay_ms, 1) if replay_ms and base_s else None
+    auto_ms = row["automatic"]["restore_ms"]
+    row["speedup_automatic"] = round(base_s * 1000.0 / auto_ms, 1) if auto_ms and base_s else None
+    return row
+
+
+def baseline(case: Case, runs: Runs, buggy: dict[str, Any]) -> dict[str, Any]:
+    """Checkpoint-retry: restart, rebuild, load the last checkpoint, redo the steps up to the crash."""
+    step = buggy.get("crash_step")
+    if step is None:
+        return {"median_s": None, "error": "the buggy run did not report its crash step"}
+    checkpoint = buggy.get("checkpoint")
+    extra = ["--until", str(step)] + (["--resume", checkpoint] if checkpoint else [])
+    times, resumed_from = [], 0
+    for index in range(runs.plan.baseline_repeats):
+        result, elapsed = runs.run(case, f"baseline-{index}", "fixed", "off", *extra, env={"DLFB_NO_FAULTS": "1"})
+        if not result.get("finished"):
+            return {"median_s": None, "error": result.get("error") or result.get("exception")}
+        times.append(elapsed)
+        resumed_from = step - int(result["metrics"]["steps"])
+    return {"median_s": round(statistics.median(times), 3), "times_s": [round(t, 3) for t in times],
+            "checkpoint_step": resumed_from, "redone_steps": step - resumed_from}
+
+
+def overhead(case: Case, runs: Runs) -> dict[str, Any]:
+    pairs = runs.plan.large_overhead_pairs if case.scenario == "large_model" else runs.plan.overhead_pairs
+    result, _ = runs.run(case, "overhead", "fixed", "off", "--overhead", str(pairs))
+    if "ratios" not in result:
+        return {"median_percent": None, "error": result.get("error")}
+    return {"median_percent": round(100.0 * (statistics.median(result["ratios"]) - 1.0), 3),
+            "plain_s": statistics.median(result["plain_s"]), "pairs": pairs}
+
+
+@contextmanager
+def rules_bot() -> Iterator[str]:
+    """One embedded rules repair bot on a free loopback port, for every automatic run."""
+    from repairbot.server import start_in_thread
+
+    url, stop = start_in_thread(backend="rules", port=0)
+    try:
+        yield url
+    finally:
+        stop()
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    return {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(), "torch": torch.__version__,
+            "platform": platform.platform(), "processor": _cpu_name(), "cpus": os.cpu_count()}
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def run_all(selected: list[Case], plan: Plan, workdir: Path | None,
+            progress: Callable[[int, int, str, float], None]) -> dict[str, Any]:
+    """Measure `selected`; the results as written to results.json."""
+    root = workdir or Path(tempfile.mkdtemp(prefix="dlfb-"))
+    started = time.perf_counter()
+    rows = []
+    with rules_bot() as url:
+        runs = Runs(root, url, plan)
+        for index, case in enumerate(selected):
+            progress(index, len(selected), case.id, time.perf_counter() - started)
+            rows.append(measure(case, runs))
+        progress(len(selected), len(selected), "done", time.perf_counter() - started)
+    if workdir is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"machine": machine(), "plan": plan.__dict__, "wall_s": round(time.perf_counter() - started, 1),
+            "summary": summarize(rows), "cases": rows}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def median(values: list[float | None]) -> float | None:
+        present = [v for v in values if v is not None]
+        return round(statistics.median(present), 3) if present else None
+
+    overheads = [r["overhead"]["median_percent"] for r in rows if r["overhead"]["median_percent"] is not None]
+    return {
+        "cases": len(rows),
+        "crashed_as_expected": sum(r["crashed_as_expected"] for r in rows),
+        "recovered_replay": sum(r["replay"]["recovered"] for r in rows),
+        "recovered_automatic": sum(r["automatic"]["recovered"] for r in rows),
+        "median_restore_ms_replay": median([r["replay"]["restore_ms"] for r in rows]),
+        "max_restore_ms_replay": max((r["replay"]["restore_ms"] for r in rows if r["replay"]["restore_ms"]), default=None),
+        "median_restore_ms_automatic": median([r["automatic"]["restore_ms"] for r in rows]),
+        "median_checkpoint_retry_s": median([r["baseline"].get("median_s") for r in rows]),
+        "median_speedup_replay": median([r["speedup"] for r in rows]),
+        "median_speedup_automatic": median([r["speedup_automatic"] for r in rows]),
+        "median_overhead_percent": median(overheads),
+        "max_overhead_percent": max(overheads, default=None),
+        "cases_over_1_percent": sum(o > 1.0 for o in overheads),
+    }

@@ -1,0 +1,64 @@
+"""The results as a table: for the terminal, and as Markdown for the benchmark's README."""
+
+from __future__ import annotations
+
+from typing import Any
+
+COLUMNS = ("case", "scenario", "crashed", "crash at", "replay", "restore ms", "auto", "auto ms",
+           "retry s (redone)", "speed-up", "overhead")
+
+
+def _mark(flag: bool) -> str:
+    return "yes" if flag else "NO"
+
+
+def _number(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:,.{digits}f}{suffix}"
+
+
+def cells(row: dict[str, Any]) -> list[str]:
+    base = row["baseline"]
+    auto = row["automatic"]
+    auto_text = "yes" if auto["recovered"] else ("finished, off" if auto["finished"] else "NO")
+    replay_text = "yes" if row["replay"]["recovered"] else ("finished, off" if row["replay"]["finished"] else "NO")
+    crash_at = f"{row['crash_step']}/{row['total_steps']}" if row["crash_step"] is not None else "-"
+    redone = f" ({base['redone_steps']})" if base.get("redone_steps") is not None else ""
+    return [row["id"], row["scenario"], _mark(row["crashed_as_expected"]), crash_at, replay_text,
+            _number(row["replay"]["restore_ms"], 2), auto_text, _number(auto["restore_ms"], 1),
+            _number(base.get("median_s"), 2) + redone, _number(row["speedup"], 0, "x"),
+            _number(row["overhead"]["median_percent"], 2, "%")]
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    s = summary
+    return [
+        f"cases: {s['cases']}; crashed as expected: {s['crashed_as_expected']}/{s['cases']}",
+        f"recovered in replay mode: {s['recovered_replay']}/{s['cases']}; "
+        f"recovered automatically (rules bot): {s['recovered_automatic']}/{s['cases']}",
+        f"restore time, replay: median {_number(s['median_restore_ms_replay'], 2)} ms, "
+        f"max {_number(s['max_restore_ms_replay'], 2)} ms; automatic: median "
+        f"{_number(s['median_restore_ms_automatic'], 1)} ms",
+        f"checkpoint-retry: median {_number(s['median_checkpoint_retry_s'], 2)} s; in-situ restore is "
+        f"{_number(s['median_speedup_replay'], 0)}x faster (replay, median over cases), "
+        f"{_number(s['median_speedup_automatic'], 0)}x (automatic)",
+        f"fault-free overhead: median {_number(s['median_overhead_percent'], 2)}%, max "
+        f"{_number(s['max_overhead_percent'], 2)}%, cases above 1%: {s['cases_over_1_percent']}",
+    ]
+
+
+def text_table(results: dict[str, Any]) -> str:
+    rows = [list(COLUMNS)] + [cells(r) for r in results["cases"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines + [""] + summary_lines(results["summary"]))
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    head = (f"Run of {m['date']} on {m['processor']} ({m['cpus']} CPUs), {m['platform']}, Python {m['python']}, "
+            f"torch {m['torch']}; {results['wall_s'] / 60:.1f} minutes.\n")
+    lines = [head, "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r)) + " |" for r in results["cases"]]
+    lines += [""] + [f"- {line}" for line in summary_lines(results["summary"])]
+    return "\n".join(lines) + "\n"

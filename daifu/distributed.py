@@ -1,0 +1,117 @@
+"""Deciding a crash once for every rank of a `torch.distributed` job.
+
+A crash that every rank meets (a shape bug at the same step) must get one decision — taken by the
+leader rank, which owns the terminal (rank 0, or `DAIFU_DIST_LEADER`), through the console, a
+policy or the repair bot — and every rank must apply it. A crash that one rank alone meets (its
+exceptional batch) must be decided on that rank, quickly, while the others wait in their next
+collective. Both go through the process group's key-value store, which works when the other ranks
+are blocked in a collective: a collective could not.
+
+For its n-th crash with a given fingerprint (function, line, exception type), a rank:
+
+- if it is the leader: announces `daifu/<fingerprint>/<n>/deciding`, decides, and publishes the
+  decision under `.../decision`;
+- else: waits up to `DAIFU_DIST_GRACE` seconds (default 5) for the leader's announcement. Seen:
+  it waits for the leader's decision (at most `DAIFU_DIST_DECISION_TIMEOUT` seconds, default 1800,
+  then raises) and applies it. Not seen: the crash is its own; it decides locally, without a
+  console (no rank but the leader ever prompts), by policy, switches or the repair bot.
+
+Keep the process group's own timeout (`init_process_group(timeout=...)`) above the time a
+decision may take, or the waiting ranks' collectives fail first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+from collections.abc import Callable
+
+from daifu.crash import Crash
+from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+
+_KINDS = {"Retry": Retry, "Skip": Skip, "Raise": Raise, "Action": Action, "Surgery": Surgery}
+_occurrences: Counter[str] = Counter()
+_lock = threading.Lock()
+
+
+def active() -> bool:
+    """Whether this process is one rank of an initialised, multi-rank process group."""
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def rank() -> int | None:
+    """This process's rank, when it runs under torch.distributed or a launcher that sets `RANK`."""
+    if active():
+        return int(sys.modules["torch.distributed"].get_rank())
+    value = os.environ.get("RANK")
+    return int(value) if value and value.isdigit() and int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+
+
+def leader() -> int:
+    """The rank that decides shared crashes and may open the console."""
+    return int(os.environ.get("DAIFU_DIST_LEADER", "0"))
+
+
+def _seconds(variable: str, default: float) -> float:
+    try:
+        return float(os.environ.get(variable, default))
+    except ValueError:
+        return default
+
+
+def encode(decision: Decision) -> str:
+    """A decision as JSON: its kind and code. Decoding one never runs code."""
+    code = getattr(decision, "source", None) or getattr(decision, "code", None)
+    return json.dumps({"kind": type(decision).__name__, "code": code})
+
+
+def decode(text: str | bytes) -> Decision:
+    """The decision `encode` wrote."""
+    item = json.loads(text)
+    kind = _KINDS[item["kind"]]
+    return kind(item["code"]) if kind in (Action, Surgery) else kind()
+
+
+def _key(crash: Crash) -> str:
+    identity = f"{crash.qualname}:{crash.lineno}:{crash.exception_type}"
+    fingerprint = hashlib.sha1(identity.encode()).hexdigest()[:16]
+    with _lock:
+        _occurrences[fingerprint] += 1
+        return f"daifu/{fingerprint}/{_occurrences[fingerprint]}"
+
+
+def coordinate(crash: Crash, decide_here: Callable[[Crash, bool], tuple[Decision, str]]) -> tuple[Decision, str]:
+    """The decision for `crash`, shared with the ranks that meet the same crash.
+
+    `decide_here(crash, console_allowed)` takes a decision in this process.
+    """
+    dist = sys.modules["torch.distributed"]
+    store: Any = dist.distributed_c10d._get_default_store()  # the group's store: reachable while peers block
+    key, me = _key(crash), dist.get_rank()
+    if me == leader():
+        store.set(f"{key}/deciding", str(me))
+        decision, decided_by = decide_here(crash, True)
+        store.set(f"{key}/decision", encode(decision))
+        return decision, decided_by
+    if not _wait_for(store, f"{key}/deciding", _seconds("DAIFU_DIST_GRACE", 5.0)):
+        return decide_here(crash, False)
+    if not _wait_for(store, f"{key}/decision", _seconds("DAIFU_DIST_DECISION_TIMEOUT", 1800.0)):
+        return Raise(), f"rank {leader()} (no decision in time)"
+    return decode(store.get(f"{key}/decision")), f"rank {leader()}"
+
+
+def _wait_for(store: Any, key: str, seconds: float) -> bool:
+    """Poll the store for `key` (no store timeouts: they print C++ warnings on every rank)."""
+    deadline = time.monotonic() + seconds
+    while not store.check([key]):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
