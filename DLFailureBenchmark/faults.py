@@ -77,13 +77,18 @@ def _resolve(target: str) -> tuple[Any, str]:
     return owner, parts[-1]
 
 
+_installed: dict[str, Flaky] = {}
+
+
 def flaky(target: str, fail_on: Iterable[int], error: Callable[[], BaseException]) -> Flaky | None:
     """Make the call `target` raise `error()` on the calls numbered in `fail_on` (from 1); `None` when disabled."""
     if not enabled():
         return None
+    if target in _installed:  # a program run again in the same process gets a fresh schedule
+        _installed.pop(target).restore()
     owner, name = _resolve(target)
     original = getattr(owner, name)
-    wrapper = Flaky(owner, name, original, set(fail_on), error)
+    wrapper = _installed[target] = Flaky(owner, name, original, set(fail_on), error)
     # A plain function set on a class becomes a method: keep `self` by binding through a function.
     replacement = wrapper if not isinstance(owner, type) else _as_method(wrapper)
     setattr(owner, name, replacement)
@@ -177,6 +182,9 @@ def _size(size: float) -> str:
     return f"{size / GiB:.2f} GiB" if size >= GiB else f"{size / MiB:.2f} MiB"
 
 
+_busy: dict[str, BusyDevice] = {}
+
+
 class BusyDevice:
     """`Tensor.to` fails with "busy or unavailable" from call `from_call` for `seconds`."""
 
@@ -188,6 +196,9 @@ class BusyDevice:
 
     def install(self) -> BusyDevice:
         if enabled():
+            if isinstance(_busy.get("device"), BusyDevice):
+                _busy["device"].restore()
+            _busy["device"] = self
             device = self
 
             @functools.wraps(self.original)
