@@ -8,7 +8,6 @@ runtime carries it out.
 
 from __future__ import annotations
 
-import ast
 import sys
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,8 +16,9 @@ from collections.abc import Sequence
 from daifu import editor, record, repair, workspace
 from daifu.colour import paint, wanted
 from daifu.crash import Crash
-from daifu.decisions import Action, Decision, Retry, Skip, Surgery
+from daifu.decisions import Decision, Skip
 from daifu.diffs import source_diff
+from daifu.automatic import to_decision
 
 CHOICES = "[a]pply / [r]eject / [e]dit / [n]ext / [s]kip / [q]uit to console"
 
@@ -50,44 +50,6 @@ class Edited:
     explanation: str
     confidence: float
     target: str | None = None
-
-
-def to_decision(suggestion: Suggestion) -> Decision:
-    """The decision a suggestion stands for; `ValueError` for an unknown kind or unusable code."""
-    kind, code = suggestion.kind, suggestion.code
-    if kind == "retry":
-        return Retry()
-    if kind == "skip":
-        return Skip()
-    if kind == "surgery":
-        return Surgery(code)
-    if kind == "action":
-        return Action(code)
-    if kind == "patch_function":
-        return Action(patch_action(code, getattr(suggestion, "target", None)))
-    raise ValueError(f"unknown suggestion kind {kind!r}")
-
-
-def patch_action(code: str, target: str | None) -> str:
-    """An action that gives the callee reached by `target` the code of the new `def`, in place.
-
-    Swapping `__code__` (not rebinding the name) makes every existing reference — a bound method,
-    a callback already registered — run the new code. `target` defaults to the def's own name.
-    """
-    try:
-        module = ast.parse(code)
-    except SyntaxError as error:
-        raise ValueError(f"the new function does not parse: line {error.lineno}: {error.msg}") from None
-    defs = [node for node in module.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    if len(defs) != 1:
-        raise ValueError("a patch_function suggestion must hold exactly one def")
-    name = defs[0].name
-    return (
-        "__daifu_patch = {}\n"
-        f"exec(compile({code!r}, '<daifu patch of {name}>', 'exec'), globals(), __daifu_patch)\n"
-        f"({target or name}).__code__ = __daifu_patch[{name!r}].__code__\n"
-        "del __daifu_patch\n"
-    )
 
 
 def approval_prompt(crash: Crash, diagnosis: str, suggestions: Sequence[Suggestion]) -> Decision | None:

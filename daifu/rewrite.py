@@ -110,6 +110,7 @@ class Rewriter:
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
         self._prologue: list[ast.stmt] | None = None
+        self._statements: dict[tuple[int, _Depth], list[ast.stmt]] = {}
 
     # -- catchers -------------------------------------------------------------------------
 
@@ -147,6 +148,14 @@ class Rewriter:
         return result
 
     def statement(self, node: ast.stmt, depth: _Depth) -> list[ast.stmt]:
+        """The fast-path form of one statement, built once: continuations share it (compiling
+        reads a tree and never changes it), so a continuation builds little beyond its own seams."""
+        key = (id(node), depth)
+        if key not in self._statements:
+            self._statements[key] = self._statement(node, depth)
+        return self._statements[key]
+
+    def _statement(self, node: ast.stmt, depth: _Depth) -> list[ast.stmt]:
         if isinstance(node, ast.For):
             return self._for(node, depth, self._fresh_iterator(node, depth))
         if isinstance(node, ast.While):

@@ -117,3 +117,9 @@ def evaluate(model: nn.Module, seed: int, episodes: int = 5) -> float:
 
 def metrics(model: nn.Module, seed: int, episode_returns: list[float], steps: int) -> dict[str, float]:
     return {"steps": steps, "mean_return": tail_mean(episode_returns), "eval_return": evaluate(model, seed)}
+
+
+def chunked(model: nn.Module, states: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`model(states)` computed `size` states at a time (what fits on the device), concatenated."""
+    parts = [model(states[i : i + size]) for i in range(0, len(states), size)]
+    return torch.cat([p for p, _ in parts]), torch.cat([v for _, v in parts])
