@@ -20,6 +20,7 @@ import errno
 import functools
 import importlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -45,13 +46,15 @@ class Flaky:
     """The wrapper that replaced one call; `calls` counts the calls, `failures` the injected ones."""
 
     def __init__(self, owner: Any, name: str, original: Callable[..., Any], fail_on: set[int],
-                 error: Callable[[], BaseException]) -> None:
+                 error: Callable[[], BaseException], caller: str | None = None) -> None:
         self.owner, self.name, self.original = owner, name, original
-        self.fail_on, self.error = fail_on, error
+        self.fail_on, self.error, self.caller = fail_on, error, caller
         self.calls = self.failures = 0
         self._lock = threading.Lock()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.caller is not None and not _called_from(self.caller):
+            return self.original(*args, **kwargs)
         with self._lock:
             self.calls += 1
             fail = self.calls in self.fail_on
@@ -62,6 +65,22 @@ class Flaky:
 
     def restore(self) -> None:
         setattr(self.owner, self.name, self.original)
+
+
+def _called_from(filename: str, depth: int = 4) -> bool:
+    """Whether one of the `depth` frames above the wrapper runs code of `filename`.
+
+    PyTorch calls `Tensor.to` itself (in optimizers, in clipping); a fault meant for the program's
+    own transfers counts only those, made directly or through a small helper such as `retrying`.
+    """
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename == filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _resolve(target: str) -> tuple[Any, str]:
@@ -80,15 +99,19 @@ def _resolve(target: str) -> tuple[Any, str]:
 _installed: dict[str, Flaky] = {}
 
 
-def flaky(target: str, fail_on: Iterable[int], error: Callable[[], BaseException]) -> Flaky | None:
-    """Make the call `target` raise `error()` on the calls numbered in `fail_on` (from 1); `None` when disabled."""
+def flaky(target: str, fail_on: Iterable[int], error: Callable[[], BaseException],
+          caller: str | None = None) -> Flaky | None:
+    """Make the call `target` raise `error()` on the calls numbered in `fail_on` (from 1); `None` when disabled.
+
+    With `caller` (a file name), only the calls made from that file are counted and can fail.
+    """
     if not enabled():
         return None
     if target in _installed:  # a program run again in the same process gets a fresh schedule
         _installed.pop(target).restore()
     owner, name = _resolve(target)
     original = getattr(owner, name)
-    wrapper = _installed[target] = Flaky(owner, name, original, set(fail_on), error)
+    wrapper = _installed[target] = Flaky(owner, name, original, set(fail_on), error, caller)
     # A plain function set on a class becomes a method: keep `self` by binding through a function.
     replacement = wrapper if not isinstance(owner, type) else _as_method(wrapper)
     setattr(owner, name, replacement)

@@ -28,6 +28,7 @@ from repairbot.server import start_in_thread  # noqa: E402
 
 def sample_report() -> CrashReport:
     """The report of a real crash: a float used as a slice bound."""
+
     def halves(xs: list[int]) -> list[int]:
         n = len(xs) / 2
         return xs[:n]  # type: ignore[misc]
@@ -36,11 +37,21 @@ def sample_report() -> CrashReport:
         halves([1, 2, 3, 4])
     except TypeError as error:
         code = halves.__code__
-        return build_report(Crash(
-            exception=error, function_name="halves", qualname="halves",
-            source="def halves(xs):\n    n = len(xs) / 2\n    return xs[:n]\n", filename=code.co_filename,
-            first_lineno=code.co_firstlineno, lineno=code.co_firstlineno + 2, statement="    return xs[:n]\n",
-            kind="statement", locals={"xs": [1, 2, 3, 4], "n": 2.0}, attempt=1))
+        return build_report(
+            Crash(
+                exception=error,
+                function_name="halves",
+                qualname="halves",
+                source="def halves(xs):\n    n = len(xs) / 2\n    return xs[:n]\n",
+                filename=code.co_filename,
+                first_lineno=code.co_firstlineno,
+                lineno=code.co_firstlineno + 2,
+                statement="    return xs[:n]\n",
+                kind="statement",
+                locals={"xs": [1, 2, 3, 4], "n": 2.0},
+                attempt=1,
+            )
+        )
     raise AssertionError("the sample did not crash")
 
 
@@ -78,8 +89,9 @@ def main() -> None:
     queue, lock, latencies = bodies(sample_report(), args.requests), threading.Lock(), []
     start = time.perf_counter()
     deadline = time.monotonic() + args.seconds
-    threads = [threading.Thread(target=client_loop, args=(url, queue, lock, deadline, latencies))
-               for _ in range(args.clients)]
+    threads = [
+        threading.Thread(target=client_loop, args=(url, queue, lock, deadline, latencies)) for _ in range(args.clients)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -88,9 +100,11 @@ def main() -> None:
     stop()
     ordered = sorted(latencies)
     p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-    print(f"clients={args.clients} requests={len(ordered)} elapsed={elapsed:.2f}s "
-          f"throughput={len(ordered) / elapsed:.1f} req/s "
-          f"p50={statistics.median(ordered) * 1000:.1f} ms p99={p99 * 1000:.1f} ms")
+    print(
+        f"clients={args.clients} requests={len(ordered)} elapsed={elapsed:.2f}s "
+        f"throughput={len(ordered) / elapsed:.1f} req/s "
+        f"p50={statistics.median(ordered) * 1000:.1f} ms p99={p99 * 1000:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

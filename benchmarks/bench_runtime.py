@@ -48,7 +48,7 @@ def interleaved(plain, vaccinated, repeats: int) -> tuple[float, float, float]:
     plain_times, vaccinated_times, ratios = [], [], []
     for index in range(repeats):
         pair = []
-        for fn in ((plain, vaccinated) if index % 2 == 0 else (vaccinated, plain)):
+        for fn in (plain, vaccinated) if index % 2 == 0 else (vaccinated, plain):
             started = time.perf_counter()
             fn()
             pair.append((fn, time.perf_counter() - started))
@@ -67,8 +67,10 @@ def training_overhead(repeats: int) -> None:
         return lambda: fn(model, optimizer, data, 20, no_fault)
 
     plain_s, vacc_s, ratio = interleaved(run(train100.train), run(vaccinated_train), repeats)
-    print(f"training loop, 320 steps: plain {plain_s * 1e3:.1f} ms, vaccinated {vacc_s * 1e3:.1f} ms, "
-          f"overhead {100 * (ratio - 1):+.2f}% (median of {repeats} interleaved pairs)")
+    print(
+        f"training loop, 320 steps: plain {plain_s * 1e3:.1f} ms, vaccinated {vacc_s * 1e3:.1f} ms, "
+        f"overhead {100 * (ratio - 1):+.2f}% (median of {repeats} interleaved pairs)"
+    )
 
 
 def tight_loop(repeats: int) -> None:
@@ -81,8 +83,10 @@ def tight_loop(repeats: int) -> None:
     vaccinated = daifu.transform(loop)
     n = 1_000_000
     plain_s, vacc_s, ratio = interleaved(lambda: loop(n), lambda: vaccinated(n), repeats)
-    print(f"tight loop: plain {plain_s / n * 1e9:.1f} ns/iteration, vaccinated {vacc_s / n * 1e9:.1f} ns/iteration, "
-          f"x{ratio:.3f} ({(vacc_s - plain_s) / n * 1e9:+.1f} ns)")
+    print(
+        f"tight loop: plain {plain_s / n * 1e9:.1f} ns/iteration, vaccinated {vacc_s / n * 1e9:.1f} ns/iteration, "
+        f"x{ratio:.3f} ({(vacc_s - plain_s) / n * 1e9:+.1f} ns)"
+    )
 
 
 class FaultAt:

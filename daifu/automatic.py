@@ -80,8 +80,13 @@ def patch_action(source: str, target: str) -> str:
         return source  # not a def: check_action and the safety check will say so
     temp = f"_daifu_patch_{found.group(1)}"
     body = source[found.start() : found.start(1)] + temp + source[found.end(1) :]  # decorators left out
-    lines = ["import sys", body.rstrip(), f"_daifu_old = {target}",
-             f"getattr(_daifu_old, '__func__', _daifu_old).__code__ = {temp}.__code__", f"del {temp}, _daifu_old"]
+    lines = [
+        "import sys",
+        body.rstrip(),
+        f"_daifu_old = {target}",
+        f"getattr(_daifu_old, '__func__', _daifu_old).__code__ = {temp}.__code__",
+        f"del {temp}, _daifu_old",
+    ]
     return "\n".join(lines)
 
 
@@ -99,9 +104,16 @@ def validate(decision: Decision, crash: Crash) -> Verdict:
 
 
 def _function_info(crash: Crash) -> FunctionInfo:
-    return FunctionInfo(name=crash.function_name, qualname=crash.qualname, source=crash.source,
-                        filename=crash.filename, first_lineno=crash.first_lineno, lineno=crash.lineno,
-                        statement=crash.statement, kind=crash.kind)
+    return FunctionInfo(
+        name=crash.function_name,
+        qualname=crash.qualname,
+        source=crash.source,
+        filename=crash.filename,
+        first_lineno=crash.first_lineno,
+        lineno=crash.lineno,
+        statement=crash.statement,
+        kind=crash.kind,
+    )
 
 
 def visible_names(crash: Crash) -> set[str] | None:
@@ -133,8 +145,9 @@ def _ask_person(crash: Crash, diagnosis: Diagnosis, suggestions: list[Suggestion
 def diagnosis_text(diagnosis: Diagnosis) -> str:
     """The diagnosis as a person reads it: category, culprit and explanation."""
     c = diagnosis.culprit
-    return (f"[{diagnosis.category}] culprit: {c.function} ({c.filename}:{c.lineno}): {c.reason}\n"
-            f"{diagnosis.explanation}")
+    return (
+        f"[{diagnosis.category}] culprit: {c.function} ({c.filename}:{c.lineno}): {c.reason}\n{diagnosis.explanation}"
+    )
 
 
 def _remember(crash: Crash, decision: Decision) -> None:
@@ -144,7 +157,9 @@ def _remember(crash: Crash, decision: Decision) -> None:
         crash.tried.append((text, "proposed by the repair bot"))
 
 
-def _record(settings: Settings, report: CrashReport, answer: BotAnswer, found: list[tuple[Suggestion, Decision, Verdict]]) -> None:
+def _record(
+    settings: Settings, report: CrashReport, answer: BotAnswer, found: list[tuple[Suggestion, Decision, Verdict]]
+) -> None:
     """Append the bot's answer to the workspace; a failure to write never costs the run."""
     entry = {
         "fingerprint": fingerprint(report),
@@ -157,6 +172,7 @@ def _record(settings: Settings, report: CrashReport, answer: BotAnswer, found: l
         "fallback_reason": answer.fallback_reason,
         "diagnosis": answer.diagnosis.model_dump(),
         "suggestions": [dict(s.model_dump(), valid=v.ok, reasons=list(v.reasons)) for s, _, v in found],
+        "report": report.model_dump(mode="json"),  # exactly what was sent: `daifu report` shows it
     }
     try:
         os.makedirs(settings.workspace, exist_ok=True)

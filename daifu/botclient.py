@@ -48,14 +48,23 @@ def ask_bot(report: CrashReport, url: str | None, timeout: float = DEFAULT_TIMEO
         answer = _in_process(report)
         answer.fallback_reason, answer.warning = warning, warning
         return answer
-    return BotAnswer(diagnosis=reply.diagnosis, suggestions=reply.suggestions, backend_used=reply.backend_used,
-                     source=url, fallback_reason=reply.fallback_reason)
+    return BotAnswer(
+        diagnosis=reply.diagnosis,
+        suggestions=reply.suggestions,
+        backend_used=reply.backend_used,
+        source=url,
+        fallback_reason=reply.fallback_reason,
+    )
 
 
 def _post(report: CrashReport, url: str, timeout: float) -> SuggestResponse:
     headers = {"Authorization": f"Bearer {token}"} if (token := os.environ.get("DAIFU_REPAIRBOT_TOKEN")) else {}
-    response = httpx.post(f"{url.rstrip('/')}/v1/suggest", content=_body(report), timeout=timeout,
-                          headers={"Content-Type": "application/json", **headers})
+    response = httpx.post(
+        f"{url.rstrip('/')}/v1/suggest",
+        content=_body(report),
+        timeout=timeout,
+        headers={"Content-Type": "application/json", **headers},
+    )
     response.raise_for_status()
     try:
         return SuggestResponse.model_validate_json(response.content)

@@ -8,6 +8,7 @@ a repair number that is not in the record), 1 when a part that is not installed 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,28 @@ def _report(args: argparse.Namespace) -> int:
     if entry.get("code"):
         print("             code:")
         print("\n".join(f"    {line}" for line in str(entry["code"]).rstrip("\n").splitlines()))
+    sent = _sent_report(entry)
+    if sent is not None:
+        print("\nThe crash report sent to the repair bot:\n")
+        print(sent)
     return 0
+
+
+def _sent_report(entry: dict[str, Any]) -> str | None:
+    """The crash report the repair bot received for this repair, rendered, if the bot was asked."""
+    from daifu.automatic import RECORD_NAME
+    from daifu.report import CrashReport, render_report_text
+
+    path = config.settings().workspace / RECORD_NAME
+    try:
+        answers = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+    for answer in reversed(answers):
+        same_site = (answer.get("function"), answer.get("line")) == (entry.get("function"), entry.get("line"))
+        if same_site and "report" in answer:
+            return render_report_text(CrashReport.model_validate(answer["report"]))
+    return None
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -49,9 +49,7 @@ def future_flags(code: CodeType) -> int:
     return code.co_flags & _FUTURE_FLAGS
 
 
-def compile_definition(
-    fdef: ast.FunctionDef, filename: str, flags: int, free_names: tuple[str, ...]
-) -> CodeType:
+def compile_definition(fdef: ast.FunctionDef, filename: str, flags: int, free_names: tuple[str, ...]) -> CodeType:
     """Compile `fdef` so that the names in `free_names` are its closure variables."""
     declared = [name for name in free_names if name != "__class__"]
     body: list[ast.stmt] = []

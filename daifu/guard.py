@@ -56,9 +56,7 @@ class Guard:
         try:
             exit_method, enter_method = kind.__exit__, kind.__enter__
         except AttributeError:
-            raise TypeError(
-                f"'{kind.__name__}' object does not support the context manager protocol"
-            ) from None
+            raise TypeError(f"'{kind.__name__}' object does not support the context manager protocol") from None
         value = enter_method(self.manager)
         self._exit = exit_method
         self.entered = True

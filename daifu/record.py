@@ -22,10 +22,10 @@ from typing import Any
 import loguru
 
 
-
 from daifu import config, distributed
 from daifu.crash import Crash
 from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+
 
 def _own_logger() -> Any:
     """A loguru logger with handlers of its own.

@@ -16,7 +16,8 @@ import sys
 import sysconfig
 import traceback
 from types import FrameType
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
+from collections.abc import Iterator
 
 from pydantic import BaseModel, Field
 
@@ -225,18 +226,31 @@ def _frames(crash: Crash) -> list[Frame]:
         else:
             frames.append(_frame(frame, lineno, frame.f_locals, callee=True))
     if not frames:  # the runtime gave a crash without its traceback
-        frames.append(Frame(filename=crash.filename, lineno=crash.lineno, function=crash.function_name,
-                            code=crash.statement.strip(), locals=_variables(summarize_namespace(crash.locals))))
+        frames.append(
+            Frame(
+                filename=crash.filename,
+                lineno=crash.lineno,
+                function=crash.function_name,
+                code=crash.statement.strip(),
+                locals=_variables(summarize_namespace(crash.locals)),
+            )
+        )
     return frames
 
 
 def _start_index(entries: list[tuple[FrameType, int]], crash: Crash) -> int:
     """The vaccinated function's frame: the last one of its name at the faulty line of the user's file."""
     last_line = crash.first_lineno + crash.source.count("\n")
-    exact = [i for i, (f, line) in enumerate(entries)
-             if f.f_code.co_filename == crash.filename and line == crash.lineno and f.f_code.co_name == crash.function_name]
-    inside = [i for i, (f, line) in enumerate(entries)
-              if f.f_code.co_filename == crash.filename and crash.first_lineno <= line <= last_line]
+    exact = [
+        i
+        for i, (f, line) in enumerate(entries)
+        if f.f_code.co_filename == crash.filename and line == crash.lineno and f.f_code.co_name == crash.function_name
+    ]
+    inside = [
+        i
+        for i, (f, line) in enumerate(entries)
+        if f.f_code.co_filename == crash.filename and crash.first_lineno <= line <= last_line
+    ]
     candidates = exact or inside
     return candidates[-1] if candidates else 0
 

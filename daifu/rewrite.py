@@ -188,9 +188,7 @@ class Rewriter:
     def _for(self, node: ast.For, depth: _Depth, iterable: ast.expr) -> list[ast.stmt]:
         inner = replace(depth, loops=depth.loops + 1)
         _at([iterable], node.iter)
-        loop = self._copy(
-            node, iter=iterable, body=self.block(node.body, inner), orelse=self.block(node.orelse, depth)
-        )
+        loop = self._copy(node, iter=iterable, body=self.block(node.body, inner), orelse=self.block(node.orelse, depth))
         variable = f"@it{depth.loops}"
         reset = _at([_assign(variable, _none())], node)  # a stale iterator must never be resumed
         fresh = isinstance(iterable, ast.NamedExpr)

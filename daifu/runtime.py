@@ -110,9 +110,7 @@ class Vaccine:
     # -- versions ---------------------------------------------------------------------------
 
     def _build(self, source: str, first_lineno: int) -> Version:
-        version = build_version(
-            len(self.versions), source, first_lineno, self.filename, self.flags, self.free_names
-        )
+        version = build_version(len(self.versions), source, first_lineno, self.filename, self.flags, self.free_names)
         self.versions.append(version)
         self.units[version.fast_code] = version
         return version

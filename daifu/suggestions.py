@@ -12,7 +12,7 @@ import builtins
 import copy
 import textwrap
 from dataclasses import dataclass
-from typing import Collection, Iterator
+from collections.abc import Collection, Iterator
 
 from daifu.report import FunctionInfo
 
@@ -78,11 +78,14 @@ def _one_def(source: str, what: str) -> ast.FunctionDef | ast.AsyncFunctionDef |
     return defs[0]
 
 
-def _same_signature(old: ast.FunctionDef | ast.AsyncFunctionDef, new: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[str]:
+def _same_signature(
+    old: ast.FunctionDef | ast.AsyncFunctionDef, new: ast.FunctionDef | ast.AsyncFunctionDef
+) -> Iterator[str]:
     if new.name != old.name:
         yield f"the surgery defines {new.name!r}, not {old.name!r}"
     if _parameters(new) != _parameters(old):
-        yield f"the surgery changes the parameters from ({', '.join(_parameters(old))}) to ({', '.join(_parameters(new))})"
+        before, after = ", ".join(_parameters(old)), ", ".join(_parameters(new))
+        yield f"the surgery changes the parameters from ({before}) to ({after})"
     if type(new) is not type(old):
         yield "the surgery changes whether the function is async"
 
@@ -111,14 +114,19 @@ def _outside_block(old: ast.AST, new: ast.AST, line: int) -> list[str]:
     return [] if ast.dump(old_rest) == ast.dump(new_rest) else [_WIDE.format(line=line)]
 
 
-_WIDE = ("the surgery changes code outside the block that contains line {line} of the function "
-         "(approve a wider change to apply it)")
+_WIDE = (
+    "the surgery changes code outside the block that contains line {line} of the function "
+    "(approve a wider change to apply it)"
+)
 
 
 def _lists(node: ast.AST) -> list[tuple[str, list[ast.stmt]]]:
     """The statement lists directly inside `node`, each under a key `_follow` understands."""
-    found = [(f, getattr(node, f)) for f in ("body", "orelse", "finalbody")
-             if isinstance(getattr(node, f, None), list) and getattr(node, f) and isinstance(getattr(node, f)[0], ast.stmt)]
+    found = [
+        (f, getattr(node, f))
+        for f in ("body", "orelse", "finalbody")
+        if isinstance(getattr(node, f, None), list) and getattr(node, f) and isinstance(getattr(node, f)[0], ast.stmt)
+    ]
     found += [(f"handlers.{i}", h.body) for i, h in enumerate(getattr(node, "handlers", None) or [])]
     found += [(f"cases.{i}", c.body) for i, c in enumerate(getattr(node, "cases", None) or [])]
     return found
@@ -185,11 +193,43 @@ def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
 
 
 _FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "breakpoint", "input"}
-_FORBIDDEN_MODULES = {"subprocess", "socket", "urllib", "urllib3", "http", "requests", "httpx", "aiohttp",
-                      "ftplib", "smtplib", "telnetlib", "ctypes", "importlib", "pty", "multiprocessing"}
-_FORBIDDEN_ATTRS = {"system", "popen", "spawnl", "spawnv", "execv", "execve", "execl", "fork", "kill", "remove",
-                    "unlink", "rmdir", "removedirs", "rmtree", "__subclasses__", "__builtins__", "__import__",
-                    "__globals__"}
+_FORBIDDEN_MODULES = {
+    "subprocess",
+    "socket",
+    "urllib",
+    "urllib3",
+    "http",
+    "requests",
+    "httpx",
+    "aiohttp",
+    "ftplib",
+    "smtplib",
+    "telnetlib",
+    "ctypes",
+    "importlib",
+    "pty",
+    "multiprocessing",
+}
+_FORBIDDEN_ATTRS = {
+    "system",
+    "popen",
+    "spawnl",
+    "spawnv",
+    "execv",
+    "execve",
+    "execl",
+    "fork",
+    "kill",
+    "remove",
+    "unlink",
+    "rmdir",
+    "removedirs",
+    "rmtree",
+    "__subclasses__",
+    "__builtins__",
+    "__import__",
+    "__globals__",
+}
 _OS_ONLY = {"remove", "kill", "system", "popen", "fork"}
 """Attribute names that are harmless on other objects (`list.remove`) and forbidden on `os`."""
 
@@ -214,13 +254,20 @@ def _unsafe(tree: ast.AST) -> Iterator[str]:
                     os_names.add(alias.asname or alias.name)
         elif isinstance(node, ast.ImportFrom):
             yield from _module_check(node.module or "")
-            yield from (f"it imports {a.name!r} from {node.module}" for a in node.names
-                        if a.name in _FORBIDDEN_ATTRS | _FORBIDDEN_CALLS or a.name in _FORBIDDEN_MODULES)
+            yield from (
+                f"it imports {a.name!r} from {node.module}"
+                for a in node.names
+                if a.name in _FORBIDDEN_ATTRS | _FORBIDDEN_CALLS or a.name in _FORBIDDEN_MODULES
+            )
         elif isinstance(node, ast.Name) and node.id in _FORBIDDEN_CALLS | _FORBIDDEN_MODULES | {"__builtins__"}:
             yield f"it uses {node.id!r}"
         elif isinstance(node, ast.Attribute):
             yield from _attribute_check(node, os_names)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"getattr", "setattr", "delattr"}:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in {"getattr", "setattr", "delattr"}
+        ):
             yield from _getattr_check(node)
 
 

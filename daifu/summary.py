@@ -18,7 +18,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 MAX_TEXT = 300
 """Characters in one summary's text."""

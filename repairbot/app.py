@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import Callable
+from collections.abc import Callable
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,8 +27,13 @@ from repairbot.protocol import BackendsResponse, CrashRequest, DiagnoseResponse,
 MAX_BODY = 512 * 1024
 
 
-def create_app(backend: str | Backend | None = None, *, token: str | None = None, max_body: int = MAX_BODY,
-               cache_seconds: float = 30.0) -> FastAPI:
+def create_app(
+    backend: str | Backend | None = None,
+    *,
+    token: str | None = None,
+    max_body: int = MAX_BODY,
+    cache_seconds: float = 30.0,
+) -> FastAPI:
     """A repair-bot application.
 
     backend: the default backend, by name or as an object (`DAIFU_REPAIRBOT_BACKEND` or `rules`
@@ -90,23 +95,35 @@ def create_app(backend: str | Backend | None = None, *, token: str | None = None
     async def diagnose(body: CrashRequest) -> DiagnoseResponse:
         """The root cause: which function among the frames is the culprit and why, and the traceback explained."""
         result, cached, crash_id = await answer("diagnose", body)
-        return DiagnoseResponse(fingerprint=crash_id, diagnosis=result.diagnosis, backend_used=result.backend_used,
-                                fallback_reason=result.fallback_reason, cached=cached)
+        return DiagnoseResponse(
+            fingerprint=crash_id,
+            diagnosis=result.diagnosis,
+            backend_used=result.backend_used,
+            fallback_reason=result.fallback_reason,
+            cached=cached,
+        )
 
     @app.post("/v1/suggest", response_model=SuggestResponse, dependencies=[Depends(authorized)])
     async def suggest(body: CrashRequest) -> SuggestResponse:
         """The diagnosis, and repairs ranked best first."""
         result, cached, crash_id = await answer("suggest", body)
-        return SuggestResponse(fingerprint=crash_id, diagnosis=result.diagnosis, suggestions=result.suggestions,
-                               backend_used=result.backend_used, fallback_reason=result.fallback_reason, cached=cached)
+        return SuggestResponse(
+            fingerprint=crash_id,
+            diagnosis=result.diagnosis,
+            suggestions=result.suggestions,
+            backend_used=result.backend_used,
+            fallback_reason=result.fallback_reason,
+            cached=cached,
+        )
 
     return app
 
 
 async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
     """422 naming each wrong field, without echoing the input back (it may be large)."""
-    problems = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-                for e in error.errors()[:20]]
+    problems = [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in error.errors()[:20]
+    ]
     summary = "; ".join(f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in problems)
     return JSONResponse({"detail": problems, "message": f"Malformed request: {summary}"}, status_code=422)
 

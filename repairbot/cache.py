@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable, Generic, TypeVar
+from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable
 
 T = TypeVar("T")
 

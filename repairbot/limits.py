@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -43,12 +44,19 @@ class BodyLimit:
                 await self._refuse(send)
                 return
             more = message.get("more_body", False)
-        await self.app(scope, _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}], receive), send)
+        await self.app(
+            scope, _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}], receive), send
+        )
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps({"detail": f"Request body is larger than {self.max_bytes} bytes."}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

@@ -42,13 +42,23 @@ class OpenAIBackend:
 
     name = "openai"
 
-    def __init__(self, *, api_key: str | None = None, base_url: str | None = None, model: str | None = None,
-                 timeout: float = 60.0, max_retries: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
         self._key = api_key or os.environ.get("OPENAI_API_KEY")
         self._base_url = base_url or os.environ.get("DAIFU_OPENAI_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
         self.model = model or os.environ.get("DAIFU_OPENAI_MODEL") or DEFAULT_MODEL
-        self._client = None if not self._key else openai.OpenAI(
-            api_key=self._key, base_url=self._base_url, timeout=timeout, max_retries=max_retries)
+        self._client = (
+            None
+            if not self._key
+            else openai.OpenAI(api_key=self._key, base_url=self._base_url, timeout=timeout, max_retries=max_retries)
+        )
         self._rules = RulesBackend()
 
     def info(self) -> BackendInfo:
@@ -107,8 +117,7 @@ class OpenAIBackend:
         try:
             completion = self._client.chat.completions.create(
                 model=self.model,
-                messages=[{"role": "system", "content": read("system")},
-                          {"role": "user", "content": prompt}],
+                messages=[{"role": "system", "content": read("system")}, {"role": "user", "content": prompt}],
                 response_format={"type": "json_object"},
                 temperature=0,
             )

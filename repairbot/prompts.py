@@ -39,8 +39,9 @@ def render(name: str, report: CrashReport, diagnosis: str = "", site: Frame | No
     try:
         return Template(read(name)).substitute(_values(report, diagnosis, site))
     except (KeyError, ValueError) as error:
-        raise PromptError(f"Prompt template {name!r} in {str(prompts_dir())!r} has an unknown or malformed "
-                          f"placeholder: {error}.") from error
+        raise PromptError(
+            f"Prompt template {name!r} in {str(prompts_dir())!r} has an unknown or malformed placeholder: {error}."
+        ) from error
 
 
 def _values(report: CrashReport, diagnosis: str, site: Frame | None) -> dict[str, str]:
@@ -54,8 +55,10 @@ def _values(report: CrashReport, diagnosis: str, site: Frame | None) -> dict[str
         "lineno": str(f.lineno),
         "statement": f.statement.rstrip(),
         "numbered_source": numbered(f.source, f.first_lineno, f.lineno),
-        "frames": "\n".join(f"  {fr.filename}:{fr.lineno} in {fr.function}: {fr.code}"
-                            + (" [library]" if fr.library else "") for fr in report.frames),
+        "frames": "\n".join(
+            f"  {fr.filename}:{fr.lineno} in {fr.function}: {fr.code}" + (" [library]" if fr.library else "")
+            for fr in report.frames
+        ),
         "variables": _variables(report.variables),
         "diagnosis": diagnosis,
     }
@@ -65,7 +68,9 @@ def _values(report: CrashReport, diagnosis: str, site: Frame | None) -> dict[str
         callee_filename=site.filename,
         callee_lineno=str(site.lineno),
         callee_line=site.code,
-        callee_source=numbered(site.source or "", site.first_lineno or 1, site.lineno) if site.source else "(unavailable)",
+        callee_source=numbered(site.source or "", site.first_lineno or 1, site.lineno)
+        if site.source
+        else "(unavailable)",
         callee_variables=_variables(site.locals),
     )
     return values
@@ -73,8 +78,10 @@ def _values(report: CrashReport, diagnosis: str, site: Frame | None) -> dict[str
 
 def numbered(source: str, first_lineno: int, mark: int) -> str:
     """Source with file line numbers, the line `mark` flagged with `>>`."""
-    return "\n".join(f"{'>>' if first_lineno + i == mark else '  '} {first_lineno + i:5d}  {line}"
-                     for i, line in enumerate(source.splitlines()))
+    return "\n".join(
+        f"{'>>' if first_lineno + i == mark else '  '} {first_lineno + i:5d}  {line}"
+        for i, line in enumerate(source.splitlines())
+    )
 
 
 def _variables(variables: dict) -> str:  # type: ignore[type-arg]

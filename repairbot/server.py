@@ -5,7 +5,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import uvicorn
 
@@ -25,8 +26,9 @@ def serve(host: str = "127.0.0.1", port: int = 8765, backend: str = "rules", tok
     uvicorn.run(create_app(backend, token=token), host=host, port=port, log_level="info")
 
 
-def start_in_thread(backend: str | Backend = "rules", port: int = 0, *, token: str | None = None,
-                    **app_options: float) -> tuple[str, Callable[[], None]]:
+def start_in_thread(
+    backend: str | Backend = "rules", port: int = 0, *, token: str | None = None, **app_options: float
+) -> tuple[str, Callable[[], None]]:
     """Start a real repair bot on 127.0.0.1 in a daemon thread; return its URL and a function stopping it.
 
     `port=0` takes a free port; `app_options` go to `create_app`.

@@ -6,7 +6,8 @@ import ast
 import inspect
 import textwrap
 import traceback
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from daifu.crash import Crash
 from daifu.report import CrashReport, build_report
@@ -40,8 +41,11 @@ def _statement(source: str, first: int, lineno: int) -> str:
     """The source lines of the innermost simple statement at file line `lineno`."""
     target = lineno - first + 1
     tree = ast.parse(textwrap.dedent(source))
-    spans = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
-             if isinstance(n, ast.stmt) and not hasattr(n, "body") and n.lineno <= target <= (n.end_lineno or n.lineno)]
+    spans = [
+        (n.lineno, n.end_lineno or n.lineno)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.stmt) and not hasattr(n, "body") and n.lineno <= target <= (n.end_lineno or n.lineno)
+    ]
     start, end = min(spans, key=lambda s: s[1] - s[0]) if spans else (target, target)
     return "".join(source.splitlines(keepends=True)[start - 1 : end])
 
@@ -100,9 +104,13 @@ class FakeChatServer:
         if isinstance(reply, tuple):
             status, payload = reply
             return JSONResponse(payload, status_code=status, headers={"retry-after-ms": "10"})
-        return JSONResponse({
-            "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": reply}}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        })
+        return JSONResponse(
+            {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )

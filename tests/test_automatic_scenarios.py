@@ -77,8 +77,15 @@ def line_of(fn: Callable[..., Any], text: str) -> int:
     return hits[0]
 
 
-def assert_repaired_once(repairs: list[dict[str, Any]], tmp_path: Path, bot_url: str, fn: Callable[..., Any],
-                         text: str, exception: str, decision: str) -> dict[str, Any]:
+def assert_repaired_once(
+    repairs: list[dict[str, Any]],
+    tmp_path: Path,
+    bot_url: str,
+    fn: Callable[..., Any],
+    text: str,
+    exception: str,
+    decision: str,
+) -> dict[str, Any]:
     """One crash, at the line of `fn` holding `text`, raising `exception`, repaired by the bot with `decision`."""
     assert len(repairs) == 1, [(r["exception_type"], r["line"], r["decision"]) for r in repairs]
     repair = record.history[-1]
@@ -169,8 +176,9 @@ def test_numpy_on_a_graph_tensor_is_detached_and_the_step_is_not_taken_again(aut
     confidences: list[float] = []
     steps = daifu.transform(train_logging_confidence)(model, optimizer, x, y, 3, confidences)
 
-    repair = assert_repaired_once(automatic(), tmp_path, bot_url, train_logging_confidence, ".numpy().mean()",
-                                  "RuntimeError", "Surgery")
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, train_logging_confidence, ".numpy().mean()", "RuntimeError", "Surgery"
+    )
     assert ".values.detach().numpy().mean()" in repair["code"]
     assert steps == 12 and adam_steps(optimizer) == 12  # the crash came after step 5's update: not redone
     fixed_model, fixed_optimizer = make_model()
@@ -215,8 +223,9 @@ def test_float_from_true_division_used_as_a_slice_index_becomes_an_int(automatic
     monitor: list[float] = []
     steps = daifu.transform(train_with_monitoring)(model, optimizer, x, y, 3, monitor)
 
-    repair = assert_repaired_once(automatic(), tmp_path, bot_url, train_with_monitoring, "x_all[:monitor_size]",
-                                  "TypeError", "Surgery")
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, train_with_monitoring, "x_all[:monitor_size]", "TypeError", "Surgery"
+    )
     assert "x_all[:int(monitor_size)]" in repair["code"]
     assert steps == 12 and adam_steps(optimizer) == 12
     fixed_model, fixed_optimizer = make_model()
@@ -269,8 +278,9 @@ def test_float64_batch_into_a_float32_model_is_converted(automatic, tmp_path, bo
     model, optimizer = make_model()
     steps = daifu.transform(train_with_jitter)(model, optimizer, x, y, 3)
 
-    repair = assert_repaired_once(automatic(), tmp_path, bot_url, train_with_jitter, "logits = model(x)",
-                                  "RuntimeError", "Surgery")
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, train_with_jitter, "logits = model(x)", "RuntimeError", "Surgery"
+    )
     assert "same dtype" in repair["exception_message"] and "logits = model(x.float())" in repair["code"]
     assert steps == 12 and adam_steps(optimizer) == 12  # the crash was the first step of epoch 1
     fixed_model, fixed_optimizer = make_model()
@@ -312,8 +322,9 @@ def test_float_class_labels_into_cross_entropy_become_long(automatic, tmp_path, 
     model, optimizer = make_model()
     steps = daifu.transform(train_on_float_labels)(model, optimizer, x, labels, 3)
 
-    repair = assert_repaired_once(automatic(), tmp_path, bot_url, train_on_float_labels, "cross_entropy(model(x), y)",
-                                  "RuntimeError", "Surgery")
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, train_on_float_labels, "cross_entropy(model(x), y)", "RuntimeError", "Surgery"
+    )
     assert "F.cross_entropy(model(x), y.long())" in repair["code"]
     assert steps == 12 and adam_steps(optimizer) == 12
     fixed_model, fixed_optimizer = make_model()
@@ -361,8 +372,9 @@ def test_out_of_memory_halves_the_batch_and_rebuilds_the_loader(automatic, tmp_p
     loader = torch.utils.data.DataLoader(dataset, batch_size=16, shuffle=False)
     loader = daifu.transform(train_from_loader)(model, optimizer, loader, 3, batch_sizes)
 
-    repair = assert_repaired_once(automatic(), tmp_path, bot_url, train_from_loader, "guarded_forward(model, x)",
-                                  "OutOfMemoryError", "Action")
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, train_from_loader, "guarded_forward(model, x)", "OutOfMemoryError", "Action"
+    )
     assert "DataLoader(" in repair["code"] and "x = x[:_daifu_half]" in repair["code"]
     assert "y = y[:_daifu_half]" in repair["code"]  # the targets too, or the loss would crash next
     assert "_daifu_half" not in globals()  # the action's helper name did not leak into the module
@@ -425,8 +437,9 @@ def test_memory_held_by_another_process_is_waited_for_then_retried(automatic, tm
     steps = daifu.transform(train_on_shared_device)(model, optimizer, x, y, 3, device)
     waited = time.monotonic() - started
 
-    repair = assert_repaired_once(automatic(), tmp_path, bot_url, train_on_shared_device, "device.forward(model",
-                                  "OutOfMemoryError", "Action")
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, train_on_shared_device, "device.forward(model", "OutOfMemoryError", "Action"
+    )
     # The rules engine waits 10 s before the first retry (no setting shortens it): this test pays it.
     assert repair["code"] == "import time as _daifu_time\n_daifu_time.sleep(10)\ndel _daifu_time" and waited >= 10
     assert bot_answers(tmp_path)[0]["diagnosis"]["category"] == "out_of_memory"
@@ -459,8 +472,9 @@ def test_checkpoint_into_a_missing_folder_makes_the_folder(automatic, tmp_path, 
     checkpoints = tmp_path / "runs" / "exp-1" / "checkpoints"
     steps = daifu.transform(train_with_checkpoints)(model, optimizer, x, y, 3, str(checkpoints))
 
-    repair = assert_repaired_once(automatic(), tmp_path, bot_url, train_with_checkpoints, "torch.save(",
-                                  "RuntimeError", "Action")
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, train_with_checkpoints, "torch.save(", "RuntimeError", "Action"
+    )
     assert "os.makedirs(" in repair["code"] and "Parent directory" in repair["exception_message"]
     assert steps == 12 and adam_steps(optimizer) == 12
     assert sorted(p.name for p in checkpoints.iterdir()) == ["epoch0.pt", "epoch1.pt", "epoch2.pt"]
@@ -496,8 +510,9 @@ def test_mistyped_checkpoint_path_is_pointed_at_the_file_next_to_it(automatic, t
     model, optimizer = make_model()
     steps = daifu.transform(finetune)(model, optimizer, x, y, 2, str(folder / "backbone_v2.pt"))
 
-    repair = assert_repaired_once(automatic(), tmp_path, bot_url, finetune, "torch.load(pretrained)",
-                                  "FileNotFoundError", "Action")
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, finetune, "torch.load(pretrained)", "FileNotFoundError", "Action"
+    )
     assert repair["code"] == f"pretrained = {str(folder / 'backbone-v2.pt')!r}"
     assert steps == 8 and adam_steps(optimizer) == 8
     fixed_model, fixed_optimizer = make_model()
@@ -550,8 +565,9 @@ def test_nan_batch_is_passed_over_and_so_is_the_next_one(automatic, tmp_path, bo
     model, optimizer = make_model()
     steps = daifu.transform(train_checked)(model, optimizer, corrupted_batches(3))
 
-    repair = assert_repaired_once(automatic(), tmp_path, bot_url, train_checked, "assert torch.isfinite(loss)",
-                                  "AssertionError", "Surgery")
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, train_checked, "assert torch.isfinite(loss)", "AssertionError", "Surgery"
+    )
     assert "if not (torch.isfinite(loss)):\n                continue" in repair["code"]
     assert "non-finite loss nan after 2 steps" in repair["exception_message"]
     assert steps == 10 and adam_steps(optimizer) == 10  # 12 batches, the two corrupted ones passed over

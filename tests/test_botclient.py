@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -65,9 +65,16 @@ def test_refused_token_falls_back_naming_the_status(bot: str, monkeypatch: pytes
     assert answer.source == "in-process" and "HTTP 401" in (answer.warning or "")
 
 
-FUNCTION = FunctionInfo(name="halves", qualname="halves", source="def halves(xs):\n    n = len(xs) / 2\n"
-                        "    for _ in range(1):\n        head = xs[:n]\n    return head\n",
-                        filename="f.py", first_lineno=10, lineno=13, statement="        head = xs[:n]\n", kind="statement")
+FUNCTION = FunctionInfo(
+    name="halves",
+    qualname="halves",
+    source="def halves(xs):\n    n = len(xs) / 2\n    for _ in range(1):\n        head = xs[:n]\n    return head\n",
+    filename="f.py",
+    first_lineno=10,
+    lineno=13,
+    statement="        head = xs[:n]\n",
+    kind="statement",
+)
 
 
 def test_surgery_that_does_not_compile_is_rejected() -> None:
@@ -97,20 +104,39 @@ def test_action_that_does_not_compile_is_rejected() -> None:
     assert "does not compile" in str(check_action("x = ("))
 
 
-@pytest.mark.parametrize("code", [
-    "import subprocess\nsubprocess.run(['ls'])", "import os\nos.system('ls')", "eval('1')", "exec('x=1')",
-    "__import__('os')", "import shutil\nshutil.rmtree('data')", "from pathlib import Path\nPath('x').unlink()",
-    "import os as o\no.remove('x')", "import urllib.request", "import socket", "import requests",
-    "getattr(os, name)()", "compile('1', 'f', 'eval')", "from os import system",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import subprocess\nsubprocess.run(['ls'])",
+        "import os\nos.system('ls')",
+        "eval('1')",
+        "exec('x=1')",
+        "__import__('os')",
+        "import shutil\nshutil.rmtree('data')",
+        "from pathlib import Path\nPath('x').unlink()",
+        "import os as o\no.remove('x')",
+        "import urllib.request",
+        "import socket",
+        "import requests",
+        "getattr(os, name)()",
+        "compile('1', 'f', 'eval')",
+        "from os import system",
+    ],
+)
 def test_unsafe_code_is_refused(code: str) -> None:
     assert not check_safety(code)
 
 
-@pytest.mark.parametrize("code", [
-    "import os\nos.makedirs('ckpt', exist_ok=True)", "import time\ntime.sleep(2)", "items.remove(3)",
-    "x = x.float()", "import torch\ntorch.cuda.empty_cache()",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nos.makedirs('ckpt', exist_ok=True)",
+        "import time\ntime.sleep(2)",
+        "items.remove(3)",
+        "x = x.float()",
+        "import torch\ntorch.cuda.empty_cache()",
+    ],
+)
 def test_ordinary_repairs_are_safe(code: str) -> None:
     assert check_safety(code)
 

@@ -25,7 +25,11 @@ def launch(scenario: str, folder: Path) -> subprocess.CompletedProcess[str]:
     env["DAIFU_WORKSPACE"] = str(folder / "daifu_workspace")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
     return subprocess.run(
-        command + [str(JOB), scenario, str(folder / "out")], cwd=folder, env=env, capture_output=True, text=True,
+        command + [str(JOB), scenario, str(folder / "out")],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=240,
     )
 
@@ -64,7 +68,10 @@ def test_same_bug_on_every_rank_gets_one_surgery_that_all_apply(tmp_path: Path, 
     assert (follower["decision"], follower["decided_by"], follower["rank"]) == ("Surgery", "rank 0", 1)
     assert follower["code"] == leader["code"]
     shown = subprocess.run(
-        [sys.executable, "-m", "daifu", "show"], cwd=tmp_path, capture_output=True, text=True,
+        [sys.executable, "-m", "daifu", "show"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
         env={**os.environ, "DAIFU_WORKSPACE": str(tmp_path / "daifu_workspace"), "PYTHONPATH": str(ROOT)},
     )
     lines = shown.stdout.splitlines()

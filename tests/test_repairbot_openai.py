@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -16,8 +17,11 @@ from tests.botfixtures import FakeChatServer, report_of
 
 KEY = "sk-test-key-never-shown"
 
-DIAGNOSIS = {"category": "api_misuse", "explanation": "n is a float.",
-             "culprit": {"function": "halves", "filename": "f.py", "lineno": 2, "reason": "it slices"}}
+DIAGNOSIS = {
+    "category": "api_misuse",
+    "explanation": "n is a float.",
+    "culprit": {"function": "halves", "filename": "f.py", "lineno": 2, "reason": "it slices"},
+}
 
 
 def halves(xs):
@@ -30,8 +34,12 @@ def good_reply(prompt: str) -> str:
         return json.dumps(DIAGNOSIS)
     if "Propose a surgery" in prompt:
         code = "def halves(xs):\n    n = len(xs) // 2\n    return xs[:n]\n"
-        return json.dumps({"suggestions": [{"kind": "surgery", "code": code, "explanation": "floor", "confidence": 0.9}]})
-    return json.dumps({"suggestions": [{"kind": "action", "code": "n = int(n)", "explanation": "int", "confidence": 0.5}]})
+        return json.dumps(
+            {"suggestions": [{"kind": "surgery", "code": code, "explanation": "floor", "confidence": 0.9}]}
+        )
+    return json.dumps(
+        {"suggestions": [{"kind": "action", "code": "n = int(n)", "explanation": "int", "confidence": 0.5}]}
+    )
 
 
 @pytest.fixture
@@ -97,22 +105,26 @@ def test_timeout_falls_back(chat: FakeChatServer, report: CrashReport) -> None:
     assert answer.backend_used == "rules" and "timed out" in (answer.fallback_reason or "")
 
 
-def test_missing_key_falls_back_without_a_request(chat: FakeChatServer, report: CrashReport, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_key_falls_back_without_a_request(
+    chat: FakeChatServer, report: CrashReport, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     answer = OpenAIBackend(base_url=chat.url).suggest(report)  # type: ignore[attr-defined]
     assert answer.backend_used == "rules" and "OPENAI_API_KEY" in (answer.fallback_reason or "")
     assert chat.prompts == []
 
 
-def test_missing_prompt_folder_falls_back(chat: FakeChatServer, report: CrashReport, tmp_path: Any,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_prompt_folder_falls_back(
+    chat: FakeChatServer, report: CrashReport, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DAIFU_PROMPTS_DIR", str(tmp_path / "nowhere"))
     answer = backend(chat).suggest(report)
     assert answer.backend_used == "rules" and "cannot be read" in (answer.fallback_reason or "")
 
 
-def test_environment_configures_the_backend(chat: FakeChatServer, report: CrashReport,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_configures_the_backend(
+    chat: FakeChatServer, report: CrashReport, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("DAIFU_OPENAI_BASE_URL", chat.url)  # type: ignore[attr-defined]
     monkeypatch.setenv("DAIFU_OPENAI_MODEL", "local-model")
@@ -120,7 +132,9 @@ def test_environment_configures_the_backend(chat: FakeChatServer, report: CrashR
     assert OpenAIBackend(max_retries=0).diagnose(report).backend_used == "openai"
 
 
-def test_service_calls_the_model_once_for_concurrent_identical_reports(chat: FakeChatServer, report: CrashReport) -> None:
+def test_service_calls_the_model_once_for_concurrent_identical_reports(
+    chat: FakeChatServer, report: CrashReport
+) -> None:
     url, stop = start_in_thread(backend(chat))
     try:
         body = {"report": report.model_dump(mode="json")}

@@ -100,7 +100,7 @@ def test_rendered_text_shows_exception_statement_and_variables() -> None:
     text = render_report_text(build_report(crash_from(load_settings, "x")))
     assert "RuntimeError: bad settings" in text
     assert "caused by ValueError" in text
-    assert "raise RuntimeError(\"bad settings\") from error" in text
+    assert 'raise RuntimeError("bad settings") from error' in text
     assert "api_key = <redacted>" in text and "retries = 3" in text
 
 
@@ -136,9 +136,12 @@ def test_tensor_summary_counts_nan_and_inf() -> None:
 
 
 def test_reports_do_not_import_torch() -> None:
-    code = ("import sys; from tests.botfixtures import crash_from; from daifu.report import build_report\n"
-            "from tests.test_report import same_site\n"
-            "build_report(crash_from(same_site, 0)); assert 'torch' not in sys.modules, 'torch was imported'")
-    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True,
-                            text=True, timeout=60)
+    code = (
+        "import sys; from tests.botfixtures import crash_from; from daifu.report import build_report\n"
+        "from tests.test_report import same_site\n"
+        "build_report(crash_from(same_site, 0)); assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr

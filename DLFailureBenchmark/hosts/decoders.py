@@ -84,7 +84,7 @@ class GPT2Block(nn.Module):
 
 
 class GPT2(nn.Module):
-    def __init__(self, dim: int = 96, depth: int = 3, heads: int = 4, context: int = 128) -> None:
+    def __init__(self, dim: int = 64, depth: int = 3, heads: int = 4, context: int = 128) -> None:
         super().__init__()
         self.wte, self.wpe = nn.Embedding(VOCAB, dim), nn.Embedding(context, dim)
         self.blocks = nn.ModuleList(GPT2Block(dim, heads) for _ in range(depth))
@@ -122,7 +122,7 @@ class LlamaBlock(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, dim: int = 96, depth: int = 3, heads: int = 4) -> None:
+    def __init__(self, dim: int = 64, depth: int = 3, heads: int = 4) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, dim)
         self.blocks = nn.ModuleList(LlamaBlock(dim, heads) for _ in range(depth))

@@ -95,23 +95,38 @@ class Context:
         return [(n, self.facts(n)) for n in self.names if self.variables[n].type == "Tensor"]
 
     def culprit(self, reason: str) -> Culprit:
-        return Culprit(function=self.site.qualname or self.site.function, filename=self.site.filename,
-                       lineno=self.site.lineno, reason=reason)
+        return Culprit(
+            function=self.site.qualname or self.site.function,
+            filename=self.site.filename,
+            lineno=self.site.lineno,
+            reason=reason,
+        )
 
     def edit(self, transform: Transform, explanation: str, confidence: float) -> Suggestion | None:
         """The repair that applies `transform` to the faulty statement, or `None` if it cannot."""
         if self.at_function:
             f = self.report.function
-            new = edit_statement(f.source, f.first_lineno, f.lineno, f.statement.rstrip("\n").count("\n") + 1, transform)
-            return None if new is None else Suggestion(kind="surgery", code=new, explanation=explanation, confidence=confidence)
+            new = edit_statement(
+                f.source, f.first_lineno, f.lineno, f.statement.rstrip("\n").count("\n") + 1, transform
+            )
+            return (
+                None
+                if new is None
+                else Suggestion(kind="surgery", code=new, explanation=explanation, confidence=confidence)
+            )
         site = self.site
         if site.source is None or site.first_lineno is None or "<locals>" in site.qualname or not site.module:
             return None  # a nested function cannot be reached from the faulty frame
         new = edit_statement(site.source, site.first_lineno, site.lineno, 1, transform)
         if new is None:
             return None
-        return Suggestion(kind="patch_function", code=new, target=self.callee_target(), confidence=confidence,
-                          explanation=f"{explanation} (in {site.qualname}, called from {self.report.function.qualname})")
+        return Suggestion(
+            kind="patch_function",
+            code=new,
+            target=self.callee_target(),
+            confidence=confidence,
+            explanation=f"{explanation} (in {site.qualname}, called from {self.report.function.qualname})",
+        )
 
     def callee_target(self) -> str:
         """An expression reaching the site's function from the faulty frame, through `sys.modules`."""

@@ -17,10 +17,14 @@ def nonfinite(ctx: Context) -> Finding | None:
     if not poisoned and not search(_NONFINITE, ctx.message):
         return None
     where = f" in {', '.join(f'`{n}`' for n in poisoned)}" if poisoned else ""
-    return Finding("exceptional_data", f"The data or the loss holds NaN or Inf{where}; training on it would spoil "
-                   "the weights, so this batch is best passed over.", present(
-                       _guard_to_continue(ctx),
-                       skip("Pass over the faulty statement this time.", 0.6 if _is_guard(ctx) else 0.45)))
+    return Finding(
+        "exceptional_data",
+        f"The data or the loss holds NaN or Inf{where}; training on it would spoil "
+        "the weights, so this batch is best passed over.",
+        present(
+            _guard_to_continue(ctx), skip("Pass over the faulty statement this time.", 0.6 if _is_guard(ctx) else 0.45)
+        ),
+    )
 
 
 def _is_guard(ctx: Context) -> bool:
@@ -36,8 +40,12 @@ def _guard_to_continue(ctx: Context) -> Suggestion | None:
         text = f"if not ({ast.unparse(node.test)}):\n    continue"
     else:
         text = "continue"
-    return ctx.edit(replace_with(text), "Turn the check into `continue`: this batch and any later non-finite one "
-                    "are passed over instead of stopping the run.", 0.8)
+    return ctx.edit(
+        replace_with(text),
+        "Turn the check into `continue`: this batch and any later non-finite one "
+        "are passed over instead of stopping the run.",
+        0.8,
+    )
 
 
 RULES = [nonfinite]

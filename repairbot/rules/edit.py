@@ -10,7 +10,7 @@ import ast
 import io
 import textwrap
 import tokenize
-from typing import Callable
+from collections.abc import Callable
 
 Transform = Callable[[str], str]
 
@@ -74,7 +74,12 @@ def wrap_name(name: str, template: str) -> Transform:
         if tok.type != tokenize.NAME or tok.string != name:
             return False
         after_dot = prev is not None and prev.string == "."
-        assigned = nxt is not None and nxt.type == tokenize.OP and nxt.string.endswith("=") and nxt.string not in ("==", "<=", ">=", "!=")
+        assigned = (
+            nxt is not None
+            and nxt.type == tokenize.OP
+            and nxt.string.endswith("=")
+            and nxt.string not in ("==", "<=", ">=", "!=")
+        )
         return not after_dot and not assigned
 
     def transform(block: str) -> str:
@@ -90,8 +95,11 @@ def _replace_tokens(
 ) -> str:
     found = tokens(block)
     lines = block.splitlines(keepends=True)
-    hits = [tok for i, tok in enumerate(found)
-            if wanted(tok, found[i - 1] if i else None, found[i + 1] if i + 1 < len(found) else None)]
+    hits = [
+        tok
+        for i, tok in enumerate(found)
+        if wanted(tok, found[i - 1] if i else None, found[i + 1] if i + 1 < len(found) else None)
+    ]
     for tok in reversed(hits):  # from the end, so earlier columns stay valid
         row, col = tok.start
         _, end_col = tok.end

@@ -18,8 +18,11 @@ def analyse(report: CrashReport) -> tuple[Diagnosis, list[Suggestion]]:
     """The diagnosis of `report` and the repairs proposed, best first (possibly none)."""
     ctx = Context(report)
     finding = next((f for f in (rule(ctx) for rule in RULES) if f is not None), None) or _unknown(ctx)
-    return Diagnosis(category=finding.category, culprit=ctx.culprit(_reason(ctx)),
-                     explanation=f"{finding.explanation}\n{explain_traceback(ctx)}"), finding.suggestions
+    return Diagnosis(
+        category=finding.category,
+        culprit=ctx.culprit(_reason(ctx)),
+        explanation=f"{finding.explanation}\n{explain_traceback(ctx)}",
+    ), finding.suggestions
 
 
 def _unknown(ctx: Context) -> Finding:
@@ -29,9 +32,12 @@ def _unknown(ctx: Context) -> Finding:
 def _reason(ctx: Context) -> str:
     if ctx.at_function:
         return "The faulty statement is in the vaccinated function itself" + (
-            ", and the exception came from library code it called." if len(ctx.report.frames) > 1 else ".")
-    return (f"{ctx.site.qualname} is the deepest user code on the stack; the frames below it are library code "
-            "that did what it was asked.")
+            ", and the exception came from library code it called." if len(ctx.report.frames) > 1 else "."
+        )
+    return (
+        f"{ctx.site.qualname} is the deepest user code on the stack; the frames below it are library code "
+        "that did what it was asked."
+    )
 
 
 def explain_traceback(ctx: Context) -> str:
@@ -40,8 +46,10 @@ def explain_traceback(ctx: Context) -> str:
     shown = [f for f in frames if not f.library]
     if frames and frames[-1].library:
         shown.append(frames[-1])
-    steps = [f"`{f.code}` in {f.function} ({'library' if f.library else 'your code'}, {f.filename}:{f.lineno})"
-             for f in shown]
+    steps = [
+        f"`{f.code}` in {f.function} ({'library' if f.library else 'your code'}, {f.filename}:{f.lineno})"
+        for f in shown
+    ]
     path = " called ... ".join(steps) if steps else "the faulty statement"
     first = e.message.splitlines()[0] if e.message else "(no message)"
     return f"Traceback: {path}; it raised {e.type}: {first}"

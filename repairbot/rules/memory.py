@@ -22,11 +22,16 @@ def device_busy(ctx: Context) -> Finding | None:
     if not search(_BUSY, ctx.message) and not _others_hold_more(ctx.message):
         return None
     delay = min(300, 10 * 2 ** ctx.tried_count())
-    return Finding("out_of_memory", "The device is busy or its memory is held by another process; this program's "
-                   "own use is not the cause.", present(
-                       ctx.outer().action(wait_code(delay),
-                                  f"Wait {delay} s for the other process to release the device, then retry.", 0.75),
-                       retry("Run the statement again now.", 0.4)))
+    return Finding(
+        "out_of_memory",
+        "The device is busy or its memory is held by another process; this program's own use is not the cause.",
+        present(
+            ctx.outer().action(
+                wait_code(delay), f"Wait {delay} s for the other process to release the device, then retry.", 0.75
+            ),
+            retry("Run the statement again now.", 0.4),
+        ),
+    )
 
 
 def _others_hold_more(message: str) -> bool:
@@ -53,22 +58,33 @@ def out_of_memory(ctx: Context) -> Finding | None:
         return None
     ctx = ctx.outer()  # the loader and the batch live in the training loop
     cuda = search(r"cuda|gpu", ctx.message) is not None or any(
-        str(v.facts.get("device", "")).startswith("cuda") for v in ctx.variables.values())
+        str(v.facts.get("device", "")).startswith("cuda") for v in ctx.variables.values()
+    )
     lines = _halve_loader(ctx) or _halve_batch_size(ctx)
     if not lines:
-        return Finding("out_of_memory", "The device ran out of memory, and no data loader or batch-size variable is "
-                       "live here to make smaller.", present(_empty_cache_and_retry(cuda)))
+        return Finding(
+            "out_of_memory",
+            "The device ran out of memory, and no data loader or batch-size variable is live here to make smaller.",
+            present(_empty_cache_and_retry(cuda)),
+        )
     lines += _halve_batch(ctx)
     if cuda:
         lines += ["torch.cuda.empty_cache()"]
     lines += ["del _daifu_half"]  # a helper name the action made; it must not become a global
-    return Finding("out_of_memory", "The device ran out of memory for this batch: the activations of a smaller batch "
-                   "fit.", present(
-                       ctx.action("\n".join(lines), "Halve the batch size (the batches still to come, this epoch's "
-                                  "and, through a rebuilt data loader, later ones'; the current batch keeps its first "
-                                  "half)" + (" and free cached GPU memory" if cuda else "") +
-                                  ", then rerun the statement.", 0.8),
-                       _empty_cache_and_retry(cuda)))
+    return Finding(
+        "out_of_memory",
+        "The device ran out of memory for this batch: the activations of a smaller batch fit.",
+        present(
+            ctx.action(
+                "\n".join(lines),
+                "Halve the batch size (the batches still to come, this epoch's "
+                "and, through a rebuilt data loader, later ones'; the current batch keeps its first "
+                "half)" + (" and free cached GPU memory" if cuda else "") + ", then rerun the statement.",
+                0.8,
+            ),
+            _empty_cache_and_retry(cuda),
+        ),
+    )
 
 
 def _halve_loader(ctx: Context) -> list[str]:
@@ -105,8 +121,13 @@ def _halve_batch(ctx: Context) -> list[str]:
     sizes = {v.facts.get("batch_size") for v in ctx.variables.values() if v.type == "DataLoader"}
     sizes |= {ctx.facts(n).get("value") for n in _BATCH_NAMES}
     names = list(dict.fromkeys(ctx.names + sorted(_loop_targets(ctx))))
-    batch = [n for n in names if ctx.variables[n].type == "Tensor" and not ctx.facts(n).get("requires_grad")
-             and (ctx.facts(n).get("shape") or [None])[0] in sizes - {None}]
+    batch = [
+        n
+        for n in names
+        if ctx.variables[n].type == "Tensor"
+        and not ctx.facts(n).get("requires_grad")
+        and (ctx.facts(n).get("shape") or [None])[0] in sizes - {None}
+    ]
     return [f"{n} = {n}[:_daifu_half]" for n in batch]
 
 
@@ -128,8 +149,12 @@ def _loop_targets(ctx: Context) -> set[str]:
 
 def _empty_cache_and_retry(cuda: bool) -> Suggestion:
     if cuda:
-        return Suggestion(kind="action", code="import torch\ntorch.cuda.empty_cache()",
-                          explanation="Free cached GPU memory, then retry.", confidence=0.4)
+        return Suggestion(
+            kind="action",
+            code="import torch\ntorch.cuda.empty_cache()",
+            explanation="Free cached GPU memory, then retry.",
+            confidence=0.4,
+        )
     return retry("Run the statement again unchanged.", 0.3)
 
 

@@ -24,15 +24,23 @@ def linear_input(ctx: Context) -> Finding | None:
         outer = ctx.outer()  # layers are rebuilt from the training function, where actions run
         suggestions += [_rebuild(outer, expr, b, d) for expr in _layers(outer, c, d)]
         suggestions.append(_new_in_features(ctx, b, c, d))
-    return Finding("tensor_mismatch", f"A linear layer expecting {c} input features (weight {d}x{c}) got an input "
-                   f"whose last dimension is {b}.", present(*suggestions))
+    return Finding(
+        "tensor_mismatch",
+        f"A linear layer expecting {c} input features (weight {d}x{c}) got an input whose last dimension is {b}.",
+        present(*suggestions),
+    )
 
 
 def _flatten(ctx: Context, name: str, facts: dict[str, Any], features: int) -> Suggestion | None:
     shape = facts.get("shape") or []
     if len(shape) > 2 and math.prod(shape[1:]) == features:
-        return ctx.wrap(name, "{}.flatten(1)", f"`{name}` has shape {tuple(shape)}; flatten all but the batch "
-                        f"dimension to get the {features} features the layer expects.", 0.85)
+        return ctx.wrap(
+            name,
+            "{}.flatten(1)",
+            f"`{name}` has shape {tuple(shape)}; flatten all but the batch "
+            f"dimension to get the {features} features the layer expects.",
+            0.85,
+        )
     return None
 
 
@@ -43,8 +51,13 @@ def _new_in_features(ctx: Context, b: int, c: int, d: int) -> Suggestion | None:
     new = pattern.sub(rf"\g<1>{b}\g<2>", f.source, count=1)
     if new == f.source or parse_def(new) is None:
         return None
-    return Suggestion(kind="surgery", code=new, confidence=0.55, explanation=f"Build the layer for {b} input features "
-                      "where this function creates it; resuming there rebuilds it (its weights start untrained).")
+    return Suggestion(
+        kind="surgery",
+        code=new,
+        confidence=0.55,
+        explanation=f"Build the layer for {b} input features "
+        "where this function creates it; resuming there rebuilds it (its weights start untrained).",
+    )
 
 
 def _layers(ctx: Context, in_features: int, out_features: int) -> list[str]:
@@ -59,17 +72,27 @@ def _layers(ctx: Context, in_features: int, out_features: int) -> list[str]:
 
 def _rebuild(ctx: Context, layer: str, in_features: int, out_features: int) -> Suggestion | None:
     optimizers = [n for n, v in ctx.variables.items() if "lr" in v.facts and "groups" in v.facts]
-    lines = ["import torch", f"{layer} = torch.nn.Linear({in_features}, {out_features})"
-             f".to(device={layer}.weight.device, dtype={layer}.weight.dtype)"]
+    lines = [
+        "import torch",
+        f"{layer} = torch.nn.Linear({in_features}, {out_features})"
+        f".to(device={layer}.weight.device, dtype={layer}.weight.dtype)",
+    ]
     lines += [f"{opt}.add_param_group({{'params': {layer}.parameters()}})" for opt in optimizers[:1]]
     trained = f", and let `{optimizers[0]}` train it" if optimizers else ""
-    return ctx.action("\n".join(lines), f"Replace `{layer}` by a fresh Linear({in_features}, {out_features}) that "
-                      f"accepts the input (its weights start untrained){trained}.", 0.6)
+    return ctx.action(
+        "\n".join(lines),
+        f"Replace `{layer}` by a fresh Linear({in_features}, {out_features}) that "
+        f"accepts the input (its weights start untrained){trained}.",
+        0.6,
+    )
 
 
 def broadcast(ctx: Context) -> Finding | None:
     """Two operands whose shapes cannot broadcast: drop a trailing 1, or reshape one like the other."""
-    found = search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)", ctx.message)
+    found = search(
+        r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)",
+        ctx.message,
+    )
     if not found:
         return None
     tensors = [(n, f.get("shape") or []) for n, f in ctx.tensors()]
@@ -79,18 +102,36 @@ def broadcast(ctx: Context) -> Finding | None:
             if name == other:
                 continue
             if shape[-1:] == [1] and shape[:-1] == other_shape:
-                suggestions.append(ctx.wrap(name, "{}.squeeze(-1)", f"`{name}` has a trailing dimension of 1 that "
-                                   f"`{other}` lacks; squeeze it.", 0.75))
+                suggestions.append(
+                    ctx.wrap(
+                        name,
+                        "{}.squeeze(-1)",
+                        f"`{name}` has a trailing dimension of 1 that `{other}` lacks; squeeze it.",
+                        0.75,
+                    )
+                )
             elif shape != other_shape and math.prod(shape) == math.prod(other_shape) and shape:
-                suggestions.append(ctx.wrap(name, f"{{}}.reshape_as({other})", f"`{name}` {tuple(shape)} and `{other}` "
-                                   f"{tuple(other_shape)} hold as many elements; give `{name}` the shape of `{other}`.", 0.5))
-    return Finding("tensor_mismatch", f"Two tensors in an elementwise operation have sizes {found.group(1)} and "
-                   f"{found.group(2)} at dimension {found.group(3)}, and neither is 1, so they cannot broadcast.",
-                   present(*suggestions))
+                suggestions.append(
+                    ctx.wrap(
+                        name,
+                        f"{{}}.reshape_as({other})",
+                        f"`{name}` {tuple(shape)} and `{other}` "
+                        f"{tuple(other_shape)} hold as many elements; give `{name}` the shape of `{other}`.",
+                        0.5,
+                    )
+                )
+    return Finding(
+        "tensor_mismatch",
+        f"Two tensors in an elementwise operation have sizes {found.group(1)} and "
+        f"{found.group(2)} at dimension {found.group(3)}, and neither is 1, so they cannot broadcast.",
+        present(*suggestions),
+    )
 
 
-_DTYPE = (r"expected scalar type (\w+) but found (\w+)|must have the same dtype, but got (\w+) and (\w+)"
-          r"|expected m1 and m2 to have the same dtype, but got: (\w+) != (\w+)|Found dtype (\w+) but expected (\w+)")
+_DTYPE = (
+    r"expected scalar type (\w+) but found (\w+)|must have the same dtype, but got (\w+) and (\w+)"
+    r"|expected m1 and m2 to have the same dtype, but got: (\w+) != (\w+)|Found dtype (\w+) but expected (\w+)"
+)
 _FLOAT_NAMES = {"double": "float64", "float": "float32", "half": "float16", "bfloat16": "bfloat16"}
 
 
@@ -103,12 +144,20 @@ def dtype(ctx: Context) -> Finding | None:
     module_dtypes = {v.facts.get("dtype") for v in ctx.variables.values() if "parameters" in v.facts}
     convert = ".double()" if "float64" in module_dtypes and not doubles else ".float()"
     odd = doubles or [n for n, f in tensors if f.get("dtype") not in module_dtypes | {None}]
-    suggestions = [ctx.wrap(n, "{}" + convert, f"`{n}` is {ctx.facts(n).get('dtype')}; convert it with `{convert}`.", 0.85)
-                   for n in odd]
-    suggestions += [ctx.action(f"{n} = {n}{convert}", f"Convert `{n}` with `{convert}`, then rerun the statement.", 0.6)
-                    for n in odd]
-    return Finding("tensor_mismatch", "Tensors of different floating-point dtypes met in one operation (often float64 "
-                   "data from NumPy into a float32 model).", present(*suggestions))
+    suggestions = [
+        ctx.wrap(n, "{}" + convert, f"`{n}` is {ctx.facts(n).get('dtype')}; convert it with `{convert}`.", 0.85)
+        for n in odd
+    ]
+    suggestions += [
+        ctx.action(f"{n} = {n}{convert}", f"Convert `{n}` with `{convert}`, then rerun the statement.", 0.6)
+        for n in odd
+    ]
+    return Finding(
+        "tensor_mismatch",
+        "Tensors of different floating-point dtypes met in one operation (often float64 "
+        "data from NumPy into a float32 model).",
+        present(*suggestions),
+    )
 
 
 _DEVICE = r"Expected all tensors to be on the same device|Tensor on device (\S+) is not on the expected device (\S+?)!"
@@ -119,17 +168,27 @@ def device(ctx: Context) -> Finding | None:
     if not search(_DEVICE, ctx.message):
         return None
     devices = re.findall(r"\b(cuda:\d+|cuda|cpu|mps|meta|xpu:\d+)\b", ctx.message)
-    model_devices = [v.facts["device"] for v in ctx.variables.values() if "parameters" in v.facts and "device" in v.facts]
+    model_devices = [
+        v.facts["device"] for v in ctx.variables.values() if "parameters" in v.facts and "device" in v.facts
+    ]
     want = model_devices[0] if model_devices else next((d for d in devices if d != "cpu"), None)
     if want is None:
         return Finding("tensor_mismatch", "Tensors on different devices met in one operation.", [])
     target = "device" if ctx.facts("device") or "device" in ctx.variables else repr(want)
     odd = [n for n, f in ctx.tensors() if f.get("device") != want]
-    suggestions = [ctx.wrap(n, f"{{}}.to({target})", f"`{n}` is on {ctx.facts(n).get('device')}; move it to {want}.", 0.85)
-                   for n in odd]
-    suggestions += [ctx.action(f"{n} = {n}.to({target})", f"Move `{n}` to {want}, then rerun the statement.", 0.6) for n in odd]
-    return Finding("tensor_mismatch", f"Tensors on different devices ({', '.join(sorted(set(devices)))}) met in one "
-                   "operation; the model's parameters and its inputs must be on the same device.", present(*suggestions))
+    suggestions = [
+        ctx.wrap(n, f"{{}}.to({target})", f"`{n}` is on {ctx.facts(n).get('device')}; move it to {want}.", 0.85)
+        for n in odd
+    ]
+    suggestions += [
+        ctx.action(f"{n} = {n}.to({target})", f"Move `{n}` to {want}, then rerun the statement.", 0.6) for n in odd
+    ]
+    return Finding(
+        "tensor_mismatch",
+        f"Tensors on different devices ({', '.join(sorted(set(devices)))}) met in one "
+        "operation; the model's parameters and its inputs must be on the same device.",
+        present(*suggestions),
+    )
 
 
 def loss_target(ctx: Context) -> Finding | None:

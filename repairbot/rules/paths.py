@@ -19,9 +19,15 @@ def missing_parent(ctx: Context) -> Finding | None:
     folder = found.group(1).rstrip(".") if found else _saving_into_missing_folder(ctx)
     if folder is None:
         return None
-    return Finding("path", f"The folder {folder!r} does not exist, so nothing can be saved into it.", present(
-        ctx.outer().action(f"import os\nos.makedirs({folder!r}, exist_ok=True)",
-                   f"Create {folder!r}, then save again.", 0.9)))
+    return Finding(
+        "path",
+        f"The folder {folder!r} does not exist, so nothing can be saved into it.",
+        present(
+            ctx.outer().action(
+                f"import os\nos.makedirs({folder!r}, exist_ok=True)", f"Create {folder!r}, then save again.", 0.9
+            )
+        ),
+    )
 
 
 def _saving_into_missing_folder(ctx: Context) -> str | None:
@@ -67,9 +73,11 @@ def _search_at_run_time(ctx: Context, missing: str) -> Suggestion | None:
     if not names:
         return None
     n = names[0]
-    code = (f"import difflib, os\n_daifu_dir = os.path.dirname(os.fspath({n})) or '.'\n"
-            f"_daifu_near = difflib.get_close_matches(os.path.basename(os.fspath({n})), os.listdir(_daifu_dir), n=1)\n"
-            f"{n} = type({n})(os.path.join(_daifu_dir, _daifu_near[0])) if _daifu_near else {n}")
+    code = (
+        f"import difflib, os\n_daifu_dir = os.path.dirname(os.fspath({n})) or '.'\n"
+        f"_daifu_near = difflib.get_close_matches(os.path.basename(os.fspath({n})), os.listdir(_daifu_dir), n=1)\n"
+        f"{n} = type({n})(os.path.join(_daifu_dir, _daifu_near[0])) if _daifu_near else {n}"
+    )
     return ctx.action(code, f"Point `{n}` at the existing file with the closest name, if there is one.", 0.5)
 
 
