@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 class Plan:
     """How much to measure: repeats of the baseline, overhead pairs, and the time limit of one run."""
 
-    baseline_repeats: int = 3
-    overhead_pairs: int = 6
-    large_overhead_pairs: int = 2
+    baseline_repeats: int = 2
+    overhead_pairs: int = 4
+    large_overhead_pairs: int = 1
     timeout_s: float = 600.0
 
 

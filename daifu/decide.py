@@ -25,18 +25,21 @@ def _checked(value: Any, who: str) -> Decision | None:
     return Raise()
 
 
-def decide(crash: Crash) -> tuple[Decision, str]:
+def decide(crash: Crash, settings: config.Settings | None = None) -> tuple[Decision, str]:
     """The decision for `crash`, and who took it (policy, registry, bot, replay, console, default).
 
     In a multi-rank torch.distributed job the ranks that meet the same crash share one decision
     (`daifu.distributed`).
     """
+    settings = settings or config.settings()
     if distributed.active():
-        return distributed.coordinate(crash, _decide_here)
-    return _decide_here(crash, True)
+        return distributed.coordinate(
+            crash, lambda crash, console_allowed: _decide_here(crash, settings, console_allowed)
+        )
+    return _decide_here(crash, settings, True)
 
 
-def _decide_here(crash: Crash, console_allowed: bool) -> tuple[Decision, str]:
+def _decide_here(crash: Crash, settings: config.Settings, console_allowed: bool) -> tuple[Decision, str]:
     """The decision taken in this process; without a console when another rank owns the terminal."""
     policy = config.policy()
     if policy is not None:
@@ -50,7 +53,6 @@ def _decide_here(crash: Crash, console_allowed: bool) -> tuple[Decision, str]:
     registry = config.TRANSFORM_REGISTRY
     if registry.get("DIRECTLY_RETRY") or (registry.get("DIRECTLY_RETRY_FIRST") and crash.attempt == 1):
         return Retry(), "registry"
-    settings = config.settings()
     mode = "replay" if registry.get("REPEAT_ACTIONS") else settings.mode
     if mode == "interactive" and not console_allowed:
         return Raise(), "default"

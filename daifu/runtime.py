@@ -82,7 +82,8 @@ class Vaccine:
     """Everything DaiFu keeps about one vaccinated function; its generated code's `@rt`.
 
     versions: every source the function has had; the last one runs on later calls.
-    units: which version each compiled code object (fast path or continuation) belongs to.
+    units: which version each compiled code object (fast path or continuation) belongs to, by id;
+        every such code object is kept alive by its version or the continuation cache.
     """
 
     Handover = Handover
@@ -103,7 +104,7 @@ class Vaccine:
         self.cells["@rt"] = CellType(self)
         self._lock = threading.RLock()
         self._continuations: dict[tuple[int, Path, Mode], CodeType] = {}
-        self.units: dict[CodeType, Version] = {}
+        self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self.versions: list[Version] = []
         self.function: FunctionType = self._adopt(self._build(source, first_lineno))
 
@@ -112,7 +113,7 @@ class Vaccine:
     def _build(self, source: str, first_lineno: int) -> Version:
         version = build_version(len(self.versions), source, first_lineno, self.filename, self.flags, self.free_names)
         self.versions.append(version)
-        self.units[version.fast_code] = version
+        self.units[id(version.fast_code)] = version
         return version
 
     def _adopt(self, version: Version) -> FunctionType:
@@ -120,7 +121,7 @@ class Vaccine:
         code = version.fast_code
         if sys.version_info >= (3, 11):
             code = code.replace(co_qualname=self.qualname)
-        self.units[code] = version
+        self.units[id(code)] = version
         if self.versions[0] is version:
             return make_function(code, self.original.__globals__, self.cells, self.original.__defaults__)
         self.function.__code__ = code
@@ -158,7 +159,7 @@ class Vaccine:
         raise handover
 
     def _site(self, error: BaseException, frame: FrameType) -> Site | None:
-        version = self.units.get(frame.f_code)
+        version = self.units.get(id(frame.f_code))
         position = raising_position(error, frame) if version is not None else None
         if version is None or position is None:
             return None
@@ -208,7 +209,7 @@ class Vaccine:
             return None
         entry = record.begin(crash)
         for _offer in range(settings.max_attempts + 1):
-            decision, decided_by = decide(crash)
+            decision, decided_by = decide(crash, settings)
             if crash.edited_locals is not None:
                 edited = {k: v for k, v in dict(crash.edited_locals).items() if k not in _TEMPORARIES}
                 namespace = {**edited, "@call": namespace["@call"]}
@@ -299,7 +300,7 @@ class Vaccine:
             new, path, same = self._examine(source, site)
             new = replace_number(new, len(self.versions))
             self.versions.append(new)
-            self.units[new.fast_code] = new
+            self.units[id(new.fast_code)] = new
             self._adopt(new)
         if same:
             return new, path, self._retry_mode(Site(new, path, site.header), namespace)
@@ -348,7 +349,7 @@ class Vaccine:
             if sys.version_info >= (3, 11):
                 code = code.replace(co_qualname=self.qualname)
             self._continuations[key] = code
-            self.units[code] = version
+            self.units[id(code)] = version
         return code
 
     # -- progress ---------------------------------------------------------------------------
