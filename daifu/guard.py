@@ -21,10 +21,12 @@ class Handover(BaseException):
     function-level catcher runs the continuation.
     """
 
-    def __init__(self, continuation: Any, namespace: dict[str, Any]) -> None:
+    def __init__(self, continuation: Any, namespace: dict[str, Any], started: float = 0.0, entry: Any = None) -> None:
         super().__init__()
         self.continuation = continuation
         self.namespace = namespace
+        self.started = started  # `time.perf_counter()` at the crash, for the restore time
+        self.entry = entry  # the record entry of the repair, ended when the continuation starts
 
 
 def mark_passed(error: BaseException) -> None:

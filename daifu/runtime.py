@@ -387,9 +387,8 @@ class Vaccine:
             handover.__context__ = handover.__traceback__ = None
             continuation, namespace = handover.continuation, handover.namespace
             handover.namespace = {}
-            entry = getattr(handover, "entry", None)
-            if entry is not None:
-                entry.resumed(time.perf_counter() - handover.started)
+            if handover.entry is not None:
+                handover.entry.resumed(time.perf_counter() - handover.started)
             result = continuation(namespace)
             if type(result) is not Handover:
                 return result
