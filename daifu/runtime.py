@@ -245,14 +245,14 @@ class Vaccine:
             version, path, mode = self._operate(decision.source, site, namespace)
         elif not isinstance(decision, Retry):
             raise RepairRefused(f"{decision!r} is not a DaiFu decision")
-        for name, cell in cells.items():  # a closure variable rebound by an action or the console
-            if name in namespace:
-                cell.cell_contents = namespace[name]
-        self._remember(version, path, site, namespace, crash)
         try:
             code = self._continuation(version, path, mode)
         except CannotResume as reason:
             raise RepairRefused(str(reason)) from None
+        for name, cell in cells.items():  # a closure variable rebound by an action or the console
+            if name in namespace:
+                cell.cell_contents = namespace[name]
+        self._remember(version, path, site, namespace, crash)
         function = make_function(code, self.original.__globals__, {**cells, "@rt": self.cells["@rt"]})
         for name in code.co_freevars:
             if name not in cells and name != "@rt" and name in namespace:

@@ -515,3 +515,20 @@ def test_deep_chain_of_resumes_does_not_grow_the_stack(decide):
 
     assert f() == 3000
     assert len(seen) == 1499  # far deeper than the recursion limit, had each resume nested
+
+
+def test_resuming_inside_a_running_finally_is_refused_with_the_reason(decide):
+    seen = decide(daifu.Retry(), daifu.Raise())
+
+    @daifu.transform
+    def f():
+        try:
+            value = 1
+        finally:
+            value = value / 0
+        return value
+
+    with pytest.raises(ZeroDivisionError):
+        f()
+    assert len(seen) == 2 and seen[0] is seen[1]
+    assert "cannot resume inside a `finally` clause" in seen[1].tried[0][1]
