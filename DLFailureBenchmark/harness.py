@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from DLFailureBenchmark import cases as cases_module
 from DLFailureBenchmark.cases import Case
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +137,7 @@ def measure(case: Case, runs: Runs) -> dict[str, Any]:
             "restore_ms": restore_ms(result) if result.get("finished") else None,
             "repairs": [{k: r.get(k) for k in ("decision", "decided_by", "duration_ms", "line", "exception_type")}
                         for r in result.get("repairs") or []],
-            "error": None if result.get("finished") else (result.get("error") or result.get("exception", {}).get("type")),
+            "error": None if result.get("finished") else _failure(result),
         }
     row["baseline"] = baseline(case, runs, buggy)
     row["overhead"] = overhead(case, runs)
@@ -148,6 +147,11 @@ def measure(case: Case, runs: Runs) -> dict[str, Any]:
     auto_ms = row["automatic"]["restore_ms"]
     row["speedup_automatic"] = round(base_s * 1000.0 / auto_ms, 1) if auto_ms and base_s else None
     return row
+
+
+def _failure(result: dict[str, Any]) -> str | None:
+    """Why a run did not finish: the runner's own failure, or the exception the program ended with."""
+    return result.get("error") or (result.get("exception") or {}).get("type")
 
 
 def baseline(case: Case, runs: Runs, buggy: dict[str, Any]) -> dict[str, Any]:
@@ -236,7 +240,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "recovered_replay": sum(r["replay"]["recovered"] for r in rows),
         "recovered_automatic": sum(r["automatic"]["recovered"] for r in rows),
         "median_restore_ms_replay": median([r["replay"]["restore_ms"] for r in rows]),
-        "max_restore_ms_replay": max((r["replay"]["restore_ms"] for r in rows if r["replay"]["restore_ms"]), default=None),
+        "max_restore_ms_replay": max((r["replay"]["restore_ms"] or 0.0 for r in rows), default=None),
         "median_restore_ms_automatic": median([r["automatic"]["restore_ms"] for r in rows]),
         "median_checkpoint_retry_s": median([r["baseline"].get("median_s") for r in rows]),
         "median_speedup_replay": median([r["speedup"] for r in rows]),

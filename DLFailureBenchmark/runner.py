@@ -46,8 +46,9 @@ def crash_step(error: BaseException, program: Path) -> int | None:
     step = None
     tb = error.__traceback__
     while tb is not None:
-        if Path(tb.tb_frame.f_code.co_filename).resolve() == program and isinstance(tb.tb_frame.f_locals.get("step"), int):
-            step = tb.tb_frame.f_locals["step"]
+        frame = tb.tb_frame
+        if Path(frame.f_code.co_filename).resolve() == program and isinstance(frame.f_locals.get("step"), int):
+            step = frame.f_locals["step"]
         tb = tb.tb_next
     return step
 

@@ -30,9 +30,10 @@ def torchrun(scenario: str, folder: Path, extra: dict[str, str] | None = None) -
     env["DAIFU_WORKSPACE"] = str(folder / "daifu_workspace")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
     started = time.perf_counter()
-    subprocess.run(
-        command + [str(JOB), scenario, str(folder / "out")], cwd=folder, env=env, check=True, capture_output=True
-    )
+    done = subprocess.run(command + [str(JOB), scenario, str(folder / "out")], cwd=folder, env=env, capture_output=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"torchrun {scenario} failed:\n{done.stderr.decode()[-3000:]}")
+
     return time.perf_counter() - started
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import warnings
 from pathlib import Path
 
@@ -59,17 +60,53 @@ def interleaved(plain, vaccinated, repeats: int) -> tuple[float, float, float]:
     return statistics.median(plain_times), statistics.median(vaccinated_times), statistics.median(ratios)
 
 
+def frame_instructions(fn, *args) -> int:
+    """Bytecode instructions executed in `fn`'s own frame (not its callees): a count, not a time."""
+    count = [0]
+
+    def local(frame, event, arg):
+        if event == "opcode":
+            count[0] += 1
+        return local
+
+    def tracer(frame, event, arg):
+        if frame.f_code is fn.__code__:
+            frame.f_trace_opcodes = True
+            return local
+        return None
+
+    sys.settrace(tracer)
+    try:
+        fn(*args)
+    finally:
+        sys.settrace(None)
+    return count[0]
+
+
 def training_overhead(repeats: int) -> None:
     vaccinated_train = daifu.transform(train100.train)
+    twin = types.FunctionType(
+        train100.train.__code__.replace(), train100.train.__globals__, "train", train100.train.__defaults__
+    )
     model, optimizer, data = train100.build()
 
     def run(fn):
         return lambda: fn(model, optimizer, data, 20, no_fault)
 
     plain_s, vacc_s, ratio = interleaved(run(train100.train), run(vaccinated_train), repeats)
+    _, _, control = interleaved(run(train100.train), run(twin), repeats)
     print(
         f"training loop, 320 steps: plain {plain_s * 1e3:.1f} ms, vaccinated {vacc_s * 1e3:.1f} ms, "
-        f"overhead {100 * (ratio - 1):+.2f}% (median of {repeats} interleaved pairs)"
+        f"overhead {100 * (ratio - 1):+.2f}% (median of {repeats} interleaved pairs; plain against plain, "
+        f"the noise floor: {100 * (control - 1):+.2f}%)"
+    )
+    steps = 2 * len(data)
+    plain_count = frame_instructions(train100.train, model, optimizer, data, 2, no_fault)
+    vacc_count = frame_instructions(vaccinated_train, model, optimizer, data, 2, no_fault)
+    print(
+        f"  instructions executed in the training function's own frame: {(vacc_count - plain_count) / steps:+.1f} "
+        f"per step ({plain_count / steps:.0f} plain), i.e. {100 * (vacc_count - plain_count) / plain_count:+.1f}% "
+        "of the frame's own work, which is a tiny share of a step"
     )
 
 

@@ -85,5 +85,6 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         model.train()
 
 
-def metrics(model: nn.Module, val: tuple[torch.Tensor, torch.Tensor], losses: list[float], steps: int) -> dict[str, float]:
+def metrics(model: nn.Module, val: tuple[torch.Tensor, torch.Tensor], losses: list[float],
+            steps: int) -> dict[str, float]:
     return {"steps": steps, "final_loss": tail_mean(losses), "accuracy": accuracy(model, *val)}

@@ -146,4 +146,5 @@ def metrics(model: nn.Module, data: torch.Tensor, seed: int, losses: list[float]
     model.eval()
     loss = float(F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1)))
     model.train()
-    return {"steps": steps, "final_loss": tail_mean(losses), "eval_loss": loss, "eval_bits_per_byte": loss / math.log(2)}
+    return {"steps": steps, "final_loss": tail_mean(losses), "eval_loss": loss,
+            "eval_bits_per_byte": loss / math.log(2)}

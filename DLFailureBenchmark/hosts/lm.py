@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from DLFailureBenchmark.hosts.common import tail_mean
 
 WORDS = 300
+Hidden = tuple[torch.Tensor, torch.Tensor]
 UNK = "<unk>"
 
 
@@ -114,11 +115,11 @@ class RNNModel(nn.Module):
         self.rnn = nn.LSTM(ninp, nhid, nlayers)
         self.decoder = nn.Linear(nhid, ntoken)
 
-    def forward(self, x: torch.Tensor, hidden: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(self, x: torch.Tensor, hidden: Hidden) -> tuple[torch.Tensor, Hidden]:
         output, hidden = self.rnn(self.encoder(x), hidden)
         return self.decoder(output), hidden
 
-    def init_hidden(self, bsz: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def init_hidden(self, bsz: int) -> Hidden:
         weight = next(self.parameters())
         return (weight.new_zeros(self.nlayers, bsz, self.nhid), weight.new_zeros(self.nlayers, bsz, self.nhid))
 

@@ -93,7 +93,8 @@ def build(seed: int, model: nn.Module, lr: float = 2e-3) -> tuple[nn.Module, tor
 
 
 @torch.no_grad()
-def metrics(model: nn.Module, val: tuple[torch.Tensor, torch.Tensor], losses: list[float], steps: int) -> dict[str, float]:
+def metrics(model: nn.Module, val: tuple[torch.Tensor, torch.Tensor], losses: list[float],
+            steps: int) -> dict[str, float]:
     model.eval()
     accuracy = float((model(val[0]).argmax(1) == val[1]).float().mean())
     model.train()
