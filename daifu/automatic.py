@@ -21,7 +21,7 @@ from daifu.botclient import BotAnswer, ask_bot
 from daifu.config import Settings
 from daifu.crash import Crash
 from daifu.decisions import Action, Decision, Retry, Skip, Surgery
-from daifu.report import CrashReport, FunctionInfo, build_report, fingerprint
+from daifu.report import CrashReport, build_report, fingerprint, function_info
 from daifu.suggestions import Verdict, check_action, check_safety, check_surgery
 from repairbot.protocol import Diagnosis, Suggestion
 
@@ -94,26 +94,13 @@ def validate(decision: Decision, crash: Crash) -> Verdict:
     """Whether `decision` can be applied to `crash`: its code compiles, a surgery stays in its block,
     and the runtime (`crash.check`) has no objection."""
     if isinstance(decision, Surgery):
-        verdict = check_surgery(decision.source, _function_info(crash), names=visible_names(crash))
+        verdict = check_surgery(decision.source, function_info(crash), names=visible_names(crash))
     elif isinstance(decision, Action):
         verdict = check_action(decision.code)
     else:
         verdict = Verdict()
     objection = crash.check(decision) if verdict.ok else None
     return Verdict((objection,)) if objection else verdict
-
-
-def _function_info(crash: Crash) -> FunctionInfo:
-    return FunctionInfo(
-        name=crash.function_name,
-        qualname=crash.qualname,
-        source=crash.source,
-        filename=crash.filename,
-        first_lineno=crash.first_lineno,
-        lineno=crash.lineno,
-        statement=crash.statement,
-        kind=crash.kind,
-    )
 
 
 def visible_names(crash: Crash) -> set[str] | None:

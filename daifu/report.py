@@ -127,20 +127,25 @@ class CrashReport(BaseModel):
     truncated: bool = False
 
 
+def function_info(crash: Crash) -> FunctionInfo:
+    """The vaccinated function's part of a report: where it is and what crashed in it."""
+    return FunctionInfo(
+        name=crash.function_name,
+        qualname=crash.qualname,
+        source=crash.source,
+        filename=crash.filename,
+        first_lineno=crash.first_lineno,
+        lineno=crash.lineno,
+        statement=crash.statement,
+        kind=crash.kind,
+    )
+
+
 def build_report(crash: Crash) -> CrashReport:
     """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON."""
     report = CrashReport(
         exception=_exception_info(crash.exception),
-        function=FunctionInfo(
-            name=crash.function_name,
-            qualname=crash.qualname,
-            source=crash.source,
-            filename=crash.filename,
-            first_lineno=crash.first_lineno,
-            lineno=crash.lineno,
-            statement=crash.statement,
-            kind=crash.kind,
-        ),
+        function=function_info(crash),
         frames=_frames(crash),
         variables=_variables(summarize_namespace(crash.locals)),
         environment=environment(),
