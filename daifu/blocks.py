@@ -70,14 +70,6 @@ def node_at(fdef: ast.FunctionDef, path: Path) -> ast.stmt:
     return block[path[-1]]
 
 
-def block_containing(fdef: ast.FunctionDef, path: Path) -> list[ast.stmt]:
-    """The statement list that holds the statement at `path`."""
-    block: list[ast.stmt] = fdef.body
-    for position in range(0, len(path) - 1, 2):
-        block = block_of(block[path[position]], path[position + 1])
-    return block
-
-
 def _contains(node: ast.stmt, line: int, col: int | None) -> bool:
     if node.end_lineno is None:
         return False

@@ -30,7 +30,7 @@ from daifu.guard import Guard, Handover, is_passed, mark_passed
 from daifu.locate import raising_position
 from daifu.rewrite import CannotResume, Mode
 from daifu.surgery import SurgeryRefused, check_same_signature, resume_path
-from daifu.version import Version, build_version, replace_number
+from daifu.version import Version, build_version
 
 
 class RepairRefused(Exception):
@@ -298,7 +298,6 @@ class Vaccine:
         """Validate and install a new source; where in it the run resumes."""
         with self._lock:
             new, path, same = self._examine(source, site)
-            new = replace_number(new, len(self.versions))
             self.versions.append(new)
             self.units[id(new.fast_code)] = new
             self._adopt(new)

@@ -99,9 +99,3 @@ def build_version(
     fast = Rewriter(scope).fast_path(fdef)
     fast_code = compile_definition(fast, filename, flags, ("@rt",) + tuple(n for n in free_names if n != "@rt"))
     return Version(number, source, first_lineno, fdef, scope, fast_code, plain_code)
-
-
-def replace_number(version: Version, number: int) -> Version:
-    """The same version under another number (its place in the function's history)."""
-    version.number = number
-    return version
