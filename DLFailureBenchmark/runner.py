@@ -55,7 +55,7 @@ def crash_step(error: BaseException, program: Path) -> int | None:
 
 def run_once(module: ModuleType, program: Path, workdir: Path, seed: int,
              resume: str | None, until: int | None) -> dict[str, Any]:
-    from daifu import record
+    from daifu.store import record
 
     workdir.mkdir(parents=True, exist_ok=True)
     before = len(record.history)

@@ -21,8 +21,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daifu.crash import Crash  # noqa: E402
-from daifu.report import CrashReport, build_report  # noqa: E402
+from daifu.core.crash import Crash  # noqa: E402
+from repairbot.protocol import CrashReport
+from daifu.report.build import build_report
 from repairbot.server import start_in_thread  # noqa: E402
 
 

@@ -7,10 +7,10 @@ the console or the repair bot), and execution resumes at the faulty statement.
 
 from daifu import repair
 from daifu.config import TRANSFORM_REGISTRY, configure, set_policy, settings
-from daifu.crash import Crash
-from daifu.decisions import Action, Raise, Retry, Skip, Surgery
-from daifu.record import log_program_end
-from daifu.vaccinate import transform
+from daifu.core.crash import Crash
+from daifu.core.decisions import Action, Raise, Retry, Skip, Surgery
+from daifu.store.record import log_program_end
+from daifu.core.transform import transform
 
 __all__ = [
     "Action",

@@ -1,5 +1,5 @@
 """`python -m daifu ...`: the `daifu` command line."""
 
-from daifu.cli import main
+from daifu.cli.main import main
 
 raise SystemExit(main())

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from daifu.decisions import Action, Decision, Retry, Skip, Surgery
-from daifu.record import play_name
+from daifu.core.decisions import Action, Decision, Retry, Skip, Surgery
+from daifu.store.record import play_name
 
 NAMES = ("Surgery", "Action", "Pass", "Retry")
 

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from loguru import logger
 from starlette.concurrency import run_in_threadpool
 
-from daifu.report import CrashReport, fingerprint
+from repairbot.protocol import CrashReport, fingerprint
 from repairbot.backends import NAMES, Answer, Backend, UnknownBackend, make_backend
 from repairbot.cache import Coalescer
 from repairbot.limits import BodyLimit

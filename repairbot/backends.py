@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from daifu.report import CrashReport
+from repairbot.protocol import CrashReport
 from repairbot.protocol import BackendInfo, Diagnosis, Suggestion
 from repairbot.rules import analyse
 

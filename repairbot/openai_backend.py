@@ -15,7 +15,7 @@ from typing import Any
 import openai
 from pydantic import BaseModel, ValidationError
 
-from daifu.report import CrashReport
+from repairbot.protocol import CrashReport
 from repairbot.backends import Answer, RulesBackend
 from repairbot.prompts import PromptError, read, render
 from repairbot.protocol import BackendInfo, Diagnosis, Suggestion, SuggestionKind

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from string import Template
 
-from daifu.report import CrashReport, Frame
+from repairbot.protocol import CrashReport, Frame
 
 _MAX_VARIABLES = 12_000
 

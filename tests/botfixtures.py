@@ -9,8 +9,9 @@ import traceback
 from typing import Any
 from collections.abc import Callable
 
-from daifu.crash import Crash
-from daifu.report import CrashReport, build_report
+from daifu.core.crash import Crash
+from repairbot.protocol import CrashReport
+from daifu.report.build import build_report
 from repairbot.protocol import Suggestion
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 import daifu
-from daifu.approval import approval_prompt
+from daifu.console.approval import approval_prompt
 
 
 @dataclass

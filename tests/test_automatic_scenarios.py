@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 import daifu
-from daifu import record
+from daifu.store import record
 from repairbot.backends import Answer, RulesBackend
 from repairbot.server import start_in_thread
 from tests.botfixtures import report_of

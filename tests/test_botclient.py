@@ -9,12 +9,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from daifu.automatic import decide, patch_action, to_decision
-from daifu.botclient import ask_bot
+from daifu.decide.automatic import decide, patch_action, to_decision
+from daifu.decide.botclient import ask_bot
 from daifu.config import Settings
-from daifu.decisions import Action, Retry, Skip, Surgery
-from daifu.report import FunctionInfo, build_report
-from daifu.suggestions import check_action, check_safety, check_surgery
+from daifu.core.decisions import Action, Retry, Skip, Surgery
+from repairbot.protocol import fingerprint
+from repairbot.protocol import FunctionInfo
+from daifu.report.build import build_report
+from daifu.decide.suggestions import check_action, check_safety, check_surgery
 from repairbot.protocol import Suggestion
 from repairbot.server import start_in_thread
 from tests.botfixtures import crash_from, report_of
@@ -187,7 +189,7 @@ def test_never_records_and_returns_none(tmp_path: Path) -> None:
     assert decide(crash, settings(tmp_path, "never")) is None
     entry = json.loads((tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()[-1])
     assert entry["approve"] == "never" and entry["suggestions"][0]["kind"] == "surgery"
-    assert entry["fingerprint"] == __import__("daifu.report").report.fingerprint(build_report(crash))
+    assert entry["fingerprint"] == fingerprint(build_report(crash))
 
 
 def test_ask_without_a_terminal_returns_none(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daifu import cli
+from daifu.cli import main as cli
 from tests.terminal import PROGRAMS, TIMEOUT, child_env, program, spawn
 
 DAIFU = str(Path(sys.executable).parent / "daifu")

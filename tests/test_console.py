@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daifu.console import COMMANDS
+from daifu.console.session import COMMANDS
 from tests.terminal import Terminal, line_of, program, spawn
 
 FAULTY = "total = total + item"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from daifu.report import CrashReport
+from repairbot.protocol import CrashReport
 from repairbot.openai_backend import OpenAIBackend
 from repairbot.server import serve_in_thread, start_in_thread
 from tests.botfixtures import FakeChatServer, report_of

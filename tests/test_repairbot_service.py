@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from daifu.report import fingerprint
+from repairbot.protocol import fingerprint
 from repairbot.server import start_in_thread
 from tests.botfixtures import report_of
 

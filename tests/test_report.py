@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from daifu.report import MAX_REPORT_BYTES, build_report, fingerprint, render_report_text
-from daifu.summary import summarize, summarize_namespace
+from repairbot.protocol import fingerprint
+from daifu.report.build import MAX_REPORT_BYTES, build_report, render_report_text
+from daifu.report.summary import summarize, summarize_namespace
 from tests.botfixtures import crash_from
 
 
@@ -137,7 +138,7 @@ def test_tensor_summary_counts_nan_and_inf() -> None:
 
 def test_reports_do_not_import_torch() -> None:
     code = (
-        "import sys; from tests.botfixtures import crash_from; from daifu.report import build_report\n"
+        "import sys; from tests.botfixtures import crash_from; from daifu.report.build import build_report\n"
         "from tests.test_report import same_site\n"
         "build_report(crash_from(same_site, 0)); assert 'torch' not in sys.modules, 'torch was imported'"
     )

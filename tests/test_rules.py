@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.botfixtures import crash_from, run_action_then_statement, surgery_function
-from daifu.automatic import patch_action
-from daifu.report import build_report
+from daifu.decide.automatic import patch_action
+from daifu.report.build import build_report
 from repairbot.protocol import Suggestion
 from repairbot.rules import analyse
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from daifu.report import CrashReport, Frame, Variable
+from repairbot.protocol import CrashReport, Frame, Variable
 from repairbot.protocol import Culprit, Suggestion
 from repairbot.rules.edit import Transform, edit_statement, tokens, wrap_name
 

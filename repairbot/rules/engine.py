@@ -6,7 +6,7 @@ mentions a timeout is treated as out of memory, not as transient.
 
 from __future__ import annotations
 
-from daifu.report import CrashReport
+from repairbot.protocol import CrashReport
 from repairbot.protocol import Diagnosis, Suggestion
 from repairbot.rules import api_misuse, data, memory, mismatch, paths, transient
 from repairbot.rules.context import Context, Finding

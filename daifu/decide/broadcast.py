@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daifu import plays, record, workspace
-from daifu.crash import Crash
-from daifu.decisions import Decision
+from daifu import plays
+from daifu.store import record
+from daifu.store import workspace
+from daifu.core.crash import Crash
+from daifu.core.decisions import Decision
 
 FORMAT = 1
 _warned: set[Path] = set()

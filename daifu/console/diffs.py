@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from daifu.colour import paint
+from daifu.console.colour import paint
 
 _HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
 

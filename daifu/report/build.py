@@ -1,13 +1,12 @@
 """The crash report: what the repair bot, the console's `report` command and the record see.
 
-A report is plain data (pydantic models, shared with `repairbot`), built from a `Crash` without
-running user code beyond the summaries of `daifu.summary`, bounded in size, and free of secrets:
+A report is plain data (the wire models of `repairbot.protocol`), built from a `Crash` without
+running user code beyond the summaries of `daifu.report.summary`, bounded in size, and free of secrets:
 variables with secret-looking names are redacted and no environment variable's value is read.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import linecache
 import os
@@ -16,115 +15,28 @@ import sys
 import sysconfig
 import traceback
 from types import FrameType
-from typing import Any, Literal
+from typing import Any
 from collections.abc import Iterator
 
-from pydantic import BaseModel, Field
-
-from daifu.crash import Crash
-from daifu.summary import Summary, summarize_namespace, truncate
+from daifu.core.crash import Crash
+from repairbot.protocol import (
+    Attempt,
+    ChainedException,
+    CrashReport,
+    Device,
+    Environment,
+    ExceptionInfo,
+    Frame,
+    FunctionInfo,
+    Variable,
+    fingerprint,
+)
+from daifu.report.summary import Summary, summarize_namespace, truncate
 
 MAX_REPORT_BYTES = 256 * 1024
 _MAX_CAUSES = 5
 _MAX_MESSAGE = 4000
 _MAX_CALLEE_SOURCE = 8000
-
-
-class Variable(BaseModel):
-    """One live value, summarized (see `daifu.summary`)."""
-
-    type: str
-    text: str
-    facts: dict[str, Any] = Field(default_factory=dict)
-
-
-class ChainedException(BaseModel):
-    """An exception in the chain: `cause` came from `raise ... from`, `context` from an except block."""
-
-    relation: Literal["cause", "context"]
-    type: str
-    message: str
-
-
-class ExceptionInfo(BaseModel):
-    """The exception that reached the vaccinated statement, with the exceptions chained to it."""
-
-    type: str
-    module: str
-    message: str
-    chain: list[ChainedException] = Field(default_factory=list)
-
-
-class Frame(BaseModel):
-    """One frame from the vaccinated function down to where the exception was raised.
-
-    `library` marks code installed with Python or in site-packages, which a repair does not
-    change. `source` and `first_lineno` are given for user callees whose source could be read,
-    so that a repair can patch them; the vaccinated function's source is in `FunctionInfo`.
-    """
-
-    filename: str
-    lineno: int
-    function: str
-    code: str
-    locals: dict[str, Variable] = Field(default_factory=dict)
-    qualname: str = ""
-    module: str = ""
-    library: bool = False
-    source: str | None = None
-    first_lineno: int | None = None
-
-
-class FunctionInfo(BaseModel):
-    """The vaccinated function and its faulty statement, in the user's own file and lines."""
-
-    name: str
-    qualname: str
-    source: str
-    filename: str
-    first_lineno: int
-    lineno: int
-    statement: str
-    kind: str
-
-
-class Device(BaseModel):
-    """One accelerator, with the memory free on it when the report was built."""
-
-    index: int
-    name: str
-    free_bytes: int | None = None
-    total_bytes: int | None = None
-
-
-class Environment(BaseModel):
-    """Versions and devices; never the process environment, which holds credentials."""
-
-    python: str
-    platform: str
-    torch: str | None = None
-    cuda: str | None = None
-    devices: list[Device] = Field(default_factory=list)
-
-
-class Attempt(BaseModel):
-    """A repair already tried on this crash, and what came of it."""
-
-    decision: str
-    outcome: str
-
-
-class CrashReport(BaseModel):
-    """Everything the repair bot is told about one crash."""
-
-    exception: ExceptionInfo
-    function: FunctionInfo
-    frames: list[Frame]
-    variables: dict[str, Variable]
-    environment: Environment
-    tried: list[Attempt] = Field(default_factory=list)
-    attempt: int = 1
-    truncated: bool = False
 
 
 def function_info(crash: Crash) -> FunctionInfo:
@@ -153,16 +65,6 @@ def build_report(crash: Crash) -> CrashReport:
         attempt=crash.attempt,
     )
     return bound(report)
-
-
-def fingerprint(report: CrashReport) -> str:
-    """A stable hash of function, file, line and exception type.
-
-    It leaves out messages and values, so the same crash on several ranks (or epochs) shares it.
-    """
-    f = report.function
-    key = f"{f.qualname}\0{f.filename}\0{f.lineno}\0{report.exception.module}.{report.exception.type}"
-    return hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def environment() -> Environment:

@@ -15,12 +15,16 @@ import pdb
 import sys
 from pathlib import Path
 
-from daifu import broadcast, editor, record, repair, workspace
-from daifu.colour import paint, wanted
+from daifu import repair
+from daifu.decide import broadcast
+from daifu.console import editor
+from daifu.store import record
+from daifu.store import workspace
+from daifu.console.colour import paint, wanted
 from daifu.config import Settings
-from daifu.crash import Crash
-from daifu.decisions import Action, Decision, Retry, Skip, Surgery
-from daifu.diffs import source_diff
+from daifu.core.crash import Crash
+from daifu.core.decisions import Action, Decision, Retry, Skip, Surgery
+from daifu.console.diffs import source_diff
 
 COMMANDS = (
     "describe",
@@ -94,7 +98,7 @@ class Console(pdb.Pdb):
             self.error("The faulty frame is gone; nothing to inspect. The exception is raised.")
             return None
         self.reset()
-        from daifu import describe  # better_exceptions is loaded only when a console opens
+        from daifu.console import describe  # better_exceptions is loaded only when a console opens
 
         self.setup(self.crash.frame, describe.from_faulty_frame(self.crash))
         self._select_faulty_frame()
@@ -148,7 +152,7 @@ class Console(pdb.Pdb):
         """describe
         Show the function's source with the faulty line marked `>>`, then the traceback with values.
         The source is the one running (after a surgery, the new one), numbered as in your file."""
-        from daifu import describe
+        from daifu.console import describe
 
         self.message(describe.describe(self.crash, self.colour))
 
@@ -156,7 +160,7 @@ class Console(pdb.Pdb):
         """report
         Show the crash report exactly as it would be sent to the repair bot (secrets redacted)."""
         try:  # the report is the repair bot's business; the console works without it
-            from daifu.report import build_report, render_report_text
+            from daifu.report.build import build_report, render_report_text
         except ImportError as missing:
             self.error(f"The crash report is not available in this installation: {missing}")
             return

@@ -22,9 +22,10 @@ from typing import Any
 import loguru
 
 
-from daifu import config, distributed
-from daifu.crash import Crash
-from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+from daifu import config
+from daifu.decide import distributed
+from daifu.core.crash import Crash
+from daifu.core.decisions import Action, Decision, Raise, Retry, Skip, Surgery
 
 
 def _own_logger() -> Any:

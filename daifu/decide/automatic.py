@@ -17,12 +17,13 @@ import textwrap
 
 from loguru import logger
 
-from daifu.botclient import BotAnswer, ask_bot
+from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.config import Settings
-from daifu.crash import Crash
-from daifu.decisions import Action, Decision, Retry, Skip, Surgery
-from daifu.report import CrashReport, build_report, fingerprint, function_info
-from daifu.suggestions import Verdict, check_action, check_safety, check_surgery
+from daifu.core.crash import Crash
+from daifu.core.decisions import Action, Decision, Retry, Skip, Surgery
+from repairbot.protocol import CrashReport, fingerprint
+from daifu.report.build import build_report, function_info
+from daifu.decide.suggestions import Verdict, check_action, check_safety, check_surgery
 from repairbot.protocol import Diagnosis, Suggestion
 
 RECORD_NAME = "repairbot_suggestions.jsonl"
@@ -121,7 +122,7 @@ def _ask_person(crash: Crash, diagnosis: Diagnosis, suggestions: list[Suggestion
     if not sys.stdin or not sys.stdin.isatty():
         return None
     try:
-        from daifu.approval import approval_prompt
+        from daifu.console.approval import approval_prompt
     except ImportError as error:
         if error.name != "daifu.approval":
             raise

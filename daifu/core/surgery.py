@@ -6,8 +6,8 @@ import ast
 import copy
 import difflib
 
-from daifu.blocks import HEADER_KINDS, Path, block_of, child_blocks
-from daifu.version import Version
+from daifu.core.blocks import HEADER_KINDS, Path, block_of, child_blocks
+from daifu.core.version import Version
 
 
 class SurgeryRefused(Exception):

@@ -20,17 +20,18 @@ from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
 from typing import Any
 from collections.abc import Callable
 
-from daifu import config, record
-from daifu.blocks import Path, assigned_names, locate, node_at, path_of
-from daifu.compiling import future_flags, make_function, compile_definition
-from daifu.crash import Crash
-from daifu.decide import decide
-from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
-from daifu.guard import Guard, Handover, is_passed, mark_passed
-from daifu.locate import raising_position
-from daifu.rewrite import CannotResume, Mode
-from daifu.surgery import SurgeryRefused, check_same_signature, resume_path
-from daifu.version import Version, build_version
+from daifu import config
+from daifu.store import record
+from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of
+from daifu.core.compiling import future_flags, make_function, compile_definition
+from daifu.core.crash import Crash
+from daifu.decide.chain import decide
+from daifu.core.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+from daifu.core.guard import Guard, Handover, is_passed, mark_passed
+from daifu.core.locate import raising_position
+from daifu.core.rewrite import CannotResume, Mode
+from daifu.core.surgery import SurgeryRefused, check_same_signature, resume_path
+from daifu.core.version import Version, build_version
 
 
 class RepairRefused(Exception):

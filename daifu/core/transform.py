@@ -9,9 +9,10 @@ from types import FunctionType
 from typing import Any, TypeVar, overload
 from collections.abc import Callable
 
-from daifu import config, record
-from daifu.runtime import Vaccine
-from daifu.source import SourceUnavailable, function_source
+from daifu import config
+from daifu.store import record
+from daifu.core.resume import Vaccine
+from daifu.core.source import SourceUnavailable, function_source
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -22,9 +22,9 @@ import copy
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from daifu.blocks import COMPOUND, Path, block_of
-from daifu.compiling import no_arguments
-from daifu.compiling import place as _at
+from daifu.core.blocks import COMPOUND, Path, block_of
+from daifu.core.compiling import no_arguments
+from daifu.core.compiling import place as _at
 
 
 class Mode(Enum):

@@ -25,10 +25,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from daifu import config, plays, record, workspace
+from daifu import config, plays
+from daifu.store import record
+from daifu.store import workspace
 from daifu.config import Settings
-from daifu.crash import Crash
-from daifu.decisions import Decision
+from daifu.core.crash import Crash
+from daifu.core.decisions import Decision
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,7 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
                     file=sys.stderr,
                 )
                 return decision
-    from daifu import console  # imported late: console imports pdb, which a replay rarely needs
+    from daifu.console import session as console  # imported late: console imports pdb, which a replay rarely needs
 
     return console.decide(crash, settings)
 

@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import daifu
-from daifu import record
+from daifu.store import record
 
 
 def make_batches(epoch: int, count: int = 10, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import better_exceptions  # type: ignore[import-untyped]
 from better_exceptions.formatter import ExceptionFormatter  # type: ignore[import-untyped]
 
-from daifu.colour import paint
-from daifu.crash import Crash
+from daifu.console.colour import paint
+from daifu.core.crash import Crash
 
 _ITEMS = 8
 """Items of a list, tuple or dict shown before `...`."""

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from typing import Protocol
 from collections.abc import Sequence
 
-from daifu import editor, record, repair, workspace
-from daifu.colour import paint, wanted
-from daifu.crash import Crash
-from daifu.decisions import Decision, Skip
-from daifu.diffs import source_diff
-from daifu.automatic import to_decision
+from daifu import repair
+from daifu.console import editor
+from daifu.store import record
+from daifu.store import workspace
+from daifu.console.colour import paint, wanted
+from daifu.core.crash import Crash
+from daifu.core.decisions import Decision, Skip
+from daifu.console.diffs import source_diff
+from daifu.decide.automatic import to_decision
 
 CHOICES = "[a]pply / [r]eject / [e]dit / [n]ext / [s]kip / [q]uit to console"
 
@@ -62,7 +65,7 @@ def approval_prompt(crash: Crash, diagnosis: str, suggestions: Sequence[Suggesti
         choice = _Prompt(crash, list(suggestions)).run(diagnosis)
     if not isinstance(choice, _ToConsole):
         return choice
-    from daifu import console  # imported when asked: pdb is not needed otherwise
+    from daifu.console import session as console  # imported when asked: pdb is not needed otherwise
 
     return console.open_console(crash)  # after the lock is released: a Manager lock is not re-entrant
 

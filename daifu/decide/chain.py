@@ -10,12 +10,13 @@ import importlib
 import warnings
 from typing import Any
 
-from daifu import config, distributed
-from daifu.crash import Crash
-from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+from daifu import config
+from daifu.decide import distributed
+from daifu.core.crash import Crash
+from daifu.core.decisions import Action, Decision, Raise, Retry, Skip, Surgery
 
 DECISIONS = (Retry, Skip, Action, Surgery, Raise)
-_MODE_DECIDERS = {"automatic": "daifu.automatic", "replay": "daifu.replay", "interactive": "daifu.console"}
+_MODE_DECIDERS = {"automatic": "daifu.decide.automatic", "replay": "daifu.decide.replay", "interactive": "daifu.console.session"}
 
 
 def _checked(value: Any, who: str) -> Decision | None:

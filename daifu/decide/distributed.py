@@ -32,8 +32,8 @@ from collections import Counter
 from typing import Any
 from collections.abc import Callable
 
-from daifu.crash import Crash
-from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+from daifu.core.crash import Crash
+from daifu.core.decisions import Action, Decision, Raise, Retry, Skip, Surgery
 
 _KINDS = {"Retry": Retry, "Skip": Skip, "Raise": Raise, "Action": Action, "Surgery": Surgery}
 _occurrences: Counter[str] = Counter()

@@ -14,7 +14,7 @@ import textwrap
 from dataclasses import dataclass
 from collections.abc import Collection, Iterator
 
-from daifu.report import FunctionInfo
+from repairbot.protocol import FunctionInfo
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from types import CodeType
 
-from daifu.blocks import COMPOUND, annotate, child_blocks
-from daifu.compiling import compile_definition
-from daifu.rewrite import Rewriter, Scope
-from daifu.source import normalize, parse_function
+from daifu.core.blocks import COMPOUND, annotate, child_blocks
+from daifu.core.compiling import compile_definition
+from daifu.core.rewrite import Rewriter, Scope
+from daifu.core.source import normalize, parse_function
 
 
 @dataclass

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 
-from daifu import config, launch, record
+from daifu import config
+from daifu.cli import launch
+from daifu.store import record
 
 USAGE_ERROR = 2
 
@@ -137,8 +139,9 @@ def _report(args: argparse.Namespace) -> int:
 
 def _sent_report(entry: dict[str, Any]) -> str | None:
     """The crash report the repair bot received for this repair, rendered, if the bot was asked."""
-    from daifu.automatic import RECORD_NAME
-    from daifu.report import CrashReport, render_report_text
+    from daifu.decide.automatic import RECORD_NAME
+    from repairbot.protocol import CrashReport
+    from daifu.report.build import render_report_text
 
     path = config.settings().workspace / RECORD_NAME
     try:
@@ -163,7 +166,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        from daifu.demo import main as demo
+        from daifu.cli.demo import main as demo
     except ImportError as missing:
         return _missing("the demo", missing)
     demo()

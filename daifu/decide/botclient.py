@@ -14,7 +14,7 @@ import httpx
 from loguru import logger
 from pydantic import ValidationError
 
-from daifu.report import CrashReport
+from repairbot.protocol import CrashReport
 from repairbot.protocol import Diagnosis, SuggestResponse, Suggestion
 
 DEFAULT_TIMEOUT = 30.0
