@@ -55,10 +55,10 @@ def crash_step(error: BaseException, program: Path) -> int | None:
 
 def run_once(module: ModuleType, program: Path, workdir: Path, seed: int,
              resume: str | None, until: int | None) -> dict[str, Any]:
-    from daifu.store import record
+    from daifu.state import RUN
 
     workdir.mkdir(parents=True, exist_ok=True)
-    before = len(record.history)
+    before = RUN.recorded
     started = time.perf_counter()
     result: dict[str, Any] = {"finished": False, "metrics": None, "exception": None, "crash_step": None}
     try:
@@ -74,8 +74,7 @@ def run_once(module: ModuleType, program: Path, workdir: Path, seed: int,
         }
         result["crash_step"] = crash_step(error, program)
     result["elapsed_s"] = time.perf_counter() - started
-    record.flush()
-    result["repairs"] = [dict(r) for r in record.history[before:]]
+    result["repairs"] = [dict(r) for r in RUN.repairs_since(before)]
     checkpoints = sorted(workdir.rglob("last.pt"))
     result["checkpoint"] = str(checkpoints[0]) if checkpoints else None
     return result

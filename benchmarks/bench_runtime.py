@@ -32,7 +32,7 @@ os.environ.setdefault("DAIFU_RECORD", os.path.join(tempfile.mkdtemp(), "experime
 os.environ.setdefault("DAIFU_WORKSPACE", os.path.join(tempfile.mkdtemp(), "daifu_workspace"))
 
 import daifu  # noqa: E402
-from daifu import record  # noqa: E402
+from daifu.state import RUN  # noqa: E402
 import train100  # noqa: E402
 
 from loguru import logger  # noqa: E402
@@ -154,7 +154,7 @@ def restore_times(runs: int, crash_step: int) -> dict[str, list[float]]:
                 fn = shared if temperature == "warm" else daifu.transform(train100.train)
                 model, optimizer, data = train100.build()
                 fn(model, optimizer, data, 1, FaultAt(crash_step % 16))
-                durations.append(record.history[-1]["duration_ms"])
+                durations.append(RUN.history[-1]["duration_ms"])
             if name == "Surgery" and temperature == "warm":
                 continue  # a surgery installs a new version: every surgery is a first
             results[f"{name} ({temperature})"] = durations

@@ -2,15 +2,25 @@
 
 Vaccinate a training function with `@daifu.transform`; when one of its statements raises, the
 crash is caught where it happens, with every live value kept, a decision is taken (by a policy,
-the console or the repair bot), and execution resumes at the faulty statement.
+the console or the repair bot), tried on a sandboxed copy of the run where it can be, and
+execution resumes at the faulty statement.
+
+The public names are loaded on first use, so `import daifu` (and `import daifu.x` of any
+submodule) stays light.
 """
 
-from daifu import repair
-from daifu.config import TRANSFORM_REGISTRY, configure, set_policy, settings
-from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Raise, Retry, Skip, Surgery
-from daifu.store.record import log_program_end
-from daifu.core.transform import transform
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from daifu.config import TRANSFORM_REGISTRY, configure, set_policy, settings
+    from daifu.core.crash import Crash
+    from daifu.core.decisions import Action, Raise, Retry, Skip, SkipIteration, Surgery
+    from daifu.core.trial import Verdict
+    from daifu.store.record import log_program_end
+    from daifu.vaccinate import transform
 
 __all__ = [
     "Action",
@@ -18,12 +28,57 @@ __all__ = [
     "Raise",
     "Retry",
     "Skip",
+    "SkipIteration",
     "Surgery",
     "TRANSFORM_REGISTRY",
+    "Verdict",
+    "__version__",
     "configure",
     "log_program_end",
+    "logger",
     "repair",
     "set_policy",
     "settings",
     "transform",
 ]
+
+_PUBLIC = {
+    "Action": "daifu.core.decisions",
+    "Raise": "daifu.core.decisions",
+    "Retry": "daifu.core.decisions",
+    "Skip": "daifu.core.decisions",
+    "SkipIteration": "daifu.core.decisions",
+    "Surgery": "daifu.core.decisions",
+    "Crash": "daifu.core.crash",
+    "Verdict": "daifu.core.trial",
+    "TRANSFORM_REGISTRY": "daifu.config",
+    "configure": "daifu.config",
+    "set_policy": "daifu.config",
+    "settings": "daifu.config",
+    "log_program_end": "daifu.store.record",
+    "transform": "daifu.vaccinate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    elif name == "repair":
+        value = importlib.import_module("daifu.repair")
+    elif name == "logger":  # the prototype's `daifu.logger`: loguru's logger, loaded when asked
+        value = importlib.import_module("loguru").logger
+    elif name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("daifu")
+        except PackageNotFoundError:
+            value = "0+unknown"
+    else:
+        raise AttributeError(f"module 'daifu' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -20,11 +20,16 @@ class Suggestion:
     confidence: float = 0.5
 
 
-def add_all(items: list[Any]) -> int:
-    total = 0
-    for item in items:
-        total = total + item
-    return total
+def fresh_add_all() -> Callable[[list[Any]], int]:
+    """A new `add_all` for each test: vaccination and surgeries change the function object itself."""
+
+    def add_all(items: list[Any]) -> int:
+        total = 0
+        for item in items:
+            total = total + item
+        return total
+
+    return add_all
 
 
 def answering(monkeypatch: pytest.MonkeyPatch, *answers: str) -> list[str]:
@@ -44,7 +49,7 @@ def answering(monkeypatch: pytest.MonkeyPatch, *answers: str) -> list[str]:
 def prompting(*suggestions: Suggestion) -> Callable[[], int]:
     """`add_all` vaccinated, with a policy that asks the prompt about `suggestions`."""
     daifu.set_policy(lambda crash: approval_prompt(crash, "a str in a list of ints", list(suggestions)))
-    return daifu.transform(add_all)  # type: ignore[no-any-return]
+    return daifu.transform(fresh_add_all())  # type: ignore[no-any-return]
 
 
 def fixed_source(function: Callable[..., Any]) -> str:
@@ -54,13 +59,13 @@ def fixed_source(function: Callable[..., Any]) -> str:
 def test_apply_takes_the_surgery_after_showing_its_diff(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    vaccinated = daifu.transform(add_all)
+    vaccinated = daifu.transform(fresh_add_all())
     surgery = Suggestion("surgery", fixed_source(vaccinated), "convert each item", 0.9)
     daifu.set_policy(lambda crash: approval_prompt(crash, "a str in a list of ints", [surgery]))
     answering(monkeypatch, "a")
     assert vaccinated([1, "2", 3]) == 6
     out = capsys.readouterr().out
-    assert "a str in a list of ints" in out and "+        total = total + int(item)" in out and "Check: ok" in out
+    assert "a str in a list of ints" in out and "+            total = total + int(item)" in out and "Check: ok" in out
 
 
 def test_reject_and_next_move_through_the_suggestions(

@@ -8,12 +8,12 @@ test then checks that
 - the run finished, with exactly the optimizer steps it should have taken (Adam's own step
   count, and the loop's counter): none lost to the crash, none taken twice;
 - the crash was caught once, at the expected line, with the expected exception type, and
-  decided by the bot (`daifu.record.history`), whose answer came over HTTP from the rules
+  decided by the bot (`daifu.state.RUN.history`), whose answer came over HTTP from the rules
   backend (the workspace's `repairbot_suggestions.jsonl`);
 - the result is what the fixed loop gives: the same parameters when the fix leaves the
   arithmetic as it was, the same final loss within a tolerance when it does not.
 
-The buggy loops are plain functions vaccinated afresh by each test (`daifu.transform(fn)`), so a
+The buggy loops are plain functions vaccinated afresh by each test (`daifu.transform(fresh(fn))`), so a
 surgery in one test never leaks into another; each has a hand-fixed twin for the comparison.
 """
 
@@ -33,10 +33,11 @@ import numpy as np
 import pytest
 
 import daifu
-from daifu.store import record
+from daifu.state import RUN
 from repairbot.backends import Answer, RulesBackend
 from repairbot.server import start_in_thread
 from tests.botfixtures import report_of
+from tests.copies import fresh
 
 pytestmark = pytest.mark.torch
 
@@ -59,8 +60,8 @@ def bot_url() -> Iterator[str]:
 def automatic(bot_url: str, tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
     """Automatic mode against the real bot; returns a function giving the repairs of this test."""
     daifu.configure(mode="automatic", approve="auto", bot_url=bot_url, workspace=tmp_path / "daifu_workspace")
-    before = len(record.history)
-    return lambda: record.history[before:]
+    before = RUN.recorded
+    return lambda: RUN.repairs_since(before)
 
 
 def bot_answers(tmp_path: Path) -> list[dict[str, Any]]:
@@ -88,7 +89,7 @@ def assert_repaired_once(
 ) -> dict[str, Any]:
     """One crash, at the line of `fn` holding `text`, raising `exception`, repaired by the bot with `decision`."""
     assert len(repairs) == 1, [(r["exception_type"], r["line"], r["decision"]) for r in repairs]
-    repair = record.history[-1]
+    repair = RUN.history[-1]
     assert repair is repairs[0]
     assert repair["exception_type"] == exception, repair["exception_message"]
     assert repair["line"] == line_of(fn, text) and repair["function"] == fn.__qualname__
@@ -174,7 +175,7 @@ def test_numpy_on_a_graph_tensor_is_detached_and_the_step_is_not_taken_again(aut
     x, y = make_data()
     model, optimizer = make_model()
     confidences: list[float] = []
-    steps = daifu.transform(train_logging_confidence)(model, optimizer, x, y, 3, confidences)
+    steps = daifu.transform(fresh(train_logging_confidence))(model, optimizer, x, y, 3, confidences)
 
     repair = assert_repaired_once(
         automatic(), tmp_path, bot_url, train_logging_confidence, ".numpy().mean()", "RuntimeError", "Surgery"
@@ -221,7 +222,7 @@ def test_float_from_true_division_used_as_a_slice_index_becomes_an_int(automatic
     x, y = make_data()
     model, optimizer = make_model()
     monitor: list[float] = []
-    steps = daifu.transform(train_with_monitoring)(model, optimizer, x, y, 3, monitor)
+    steps = daifu.transform(fresh(train_with_monitoring))(model, optimizer, x, y, 3, monitor)
 
     repair = assert_repaired_once(
         automatic(), tmp_path, bot_url, train_with_monitoring, "x_all[:monitor_size]", "TypeError", "Surgery"
@@ -276,7 +277,7 @@ def train_with_jitter_fixed(model, optimizer, x_all, y_all, epochs):
 def test_float64_batch_into_a_float32_model_is_converted(automatic, tmp_path, bot_url) -> None:
     x, y = make_data()
     model, optimizer = make_model()
-    steps = daifu.transform(train_with_jitter)(model, optimizer, x, y, 3)
+    steps = daifu.transform(fresh(train_with_jitter))(model, optimizer, x, y, 3)
 
     repair = assert_repaired_once(
         automatic(), tmp_path, bot_url, train_with_jitter, "logits = model(x)", "RuntimeError", "Surgery"
@@ -320,7 +321,7 @@ def test_float_class_labels_into_cross_entropy_become_long(automatic, tmp_path, 
     x, y = make_data()
     labels = y.tolist()
     model, optimizer = make_model()
-    steps = daifu.transform(train_on_float_labels)(model, optimizer, x, labels, 3)
+    steps = daifu.transform(fresh(train_on_float_labels))(model, optimizer, x, labels, 3)
 
     repair = assert_repaired_once(
         automatic(), tmp_path, bot_url, train_on_float_labels, "cross_entropy(model(x), y)", "RuntimeError", "Surgery"
@@ -370,7 +371,7 @@ def test_out_of_memory_halves_the_batch_and_rebuilds_the_loader(automatic, tmp_p
     model, optimizer = make_model()
     batch_sizes: list[int] = []
     loader = torch.utils.data.DataLoader(dataset, batch_size=16, shuffle=False)
-    loader = daifu.transform(train_from_loader)(model, optimizer, loader, 3, batch_sizes)
+    loader = daifu.transform(fresh(train_from_loader))(model, optimizer, loader, 3, batch_sizes)
 
     repair = assert_repaired_once(
         automatic(), tmp_path, bot_url, train_from_loader, "guarded_forward(model, x)", "OutOfMemoryError", "Action"
@@ -434,7 +435,7 @@ def test_memory_held_by_another_process_is_waited_for_then_retried(automatic, tm
     model, optimizer = make_model()
     device = SharedDevice(busy_for=1)
     started = time.monotonic()
-    steps = daifu.transform(train_on_shared_device)(model, optimizer, x, y, 3, device)
+    steps = daifu.transform(fresh(train_on_shared_device))(model, optimizer, x, y, 3, device)
     waited = time.monotonic() - started
 
     repair = assert_repaired_once(
@@ -470,7 +471,7 @@ def test_checkpoint_into_a_missing_folder_makes_the_folder(automatic, tmp_path, 
     x, y = make_data()
     model, optimizer = make_model()
     checkpoints = tmp_path / "runs" / "exp-1" / "checkpoints"
-    steps = daifu.transform(train_with_checkpoints)(model, optimizer, x, y, 3, str(checkpoints))
+    steps = daifu.transform(fresh(train_with_checkpoints))(model, optimizer, x, y, 3, str(checkpoints))
 
     repair = assert_repaired_once(
         automatic(), tmp_path, bot_url, train_with_checkpoints, "torch.save(", "RuntimeError", "Action"
@@ -508,7 +509,7 @@ def test_mistyped_checkpoint_path_is_pointed_at_the_file_next_to_it(automatic, t
     torch.save(make_model(seed=7)[0].state_dict(), folder / "backbone-v2.pt")
     (folder / "notes.txt").write_text("trained for 90 epochs\n")
     model, optimizer = make_model()
-    steps = daifu.transform(finetune)(model, optimizer, x, y, 2, str(folder / "backbone_v2.pt"))
+    steps = daifu.transform(fresh(finetune))(model, optimizer, x, y, 2, str(folder / "backbone_v2.pt"))
 
     repair = assert_repaired_once(
         automatic(), tmp_path, bot_url, finetune, "torch.load(pretrained)", "FileNotFoundError", "Action"
@@ -563,7 +564,7 @@ def train_checked_fixed(model, optimizer, batches_per_epoch):
 
 def test_nan_batch_is_passed_over_and_so_is_the_next_one(automatic, tmp_path, bot_url) -> None:
     model, optimizer = make_model()
-    steps = daifu.transform(train_checked)(model, optimizer, corrupted_batches(3))
+    steps = daifu.transform(fresh(train_checked))(model, optimizer, corrupted_batches(3))
 
     repair = assert_repaired_once(
         automatic(), tmp_path, bot_url, train_checked, "assert torch.isfinite(loss)", "AssertionError", "Surgery"
@@ -675,7 +676,7 @@ def test_transient_failure_waits_and_runs_the_statement_again(
     collective, tracker = Collective(collective_fails), ExperimentTracker(tracker_drops)
     reader_fails = exception == "OSError"
     fn = train_distributed if reader_fails else train_distributed_reliable_reader
-    steps = daifu.transform(fn)(model, optimizer, x, y, 3, collective, tracker)
+    steps = daifu.transform(fresh(fn))(model, optimizer, x, y, 3, collective, tracker)
 
     repair = assert_repaired_once(automatic(), tmp_path, bot_url, fn, text, exception, "Action")
     assert repair["code"] == "import time as _daifu_time\n_daifu_time.sleep(1)\ndel _daifu_time"  # first back-off

@@ -65,7 +65,7 @@ def test_same_bug_on_every_rank_gets_one_surgery_that_all_apply(tmp_path: Path, 
     assert_same(parameters(tmp_path, 0), reference)
     [leader], [follower] = repairs(tmp_path, 0), repairs(tmp_path, 1)
     assert (leader["decision"], leader["decided_by"], leader["rank"]) == ("Surgery", "policy", 0)
-    assert (follower["decision"], follower["decided_by"], follower["rank"]) == ("Surgery", "rank 0", 1)
+    assert (follower["decision"], follower["decided_by"], follower["rank"]) == ("Surgery", "leader rank", 1)
     assert follower["code"] == leader["code"]
     shown = subprocess.run(
         [sys.executable, "-m", "daifu", "show"],

@@ -44,5 +44,5 @@ def test_the_unvaccinated_loop_really_crashes():
     optimizer = torch.optim.Adam(model.parameters())
     history = []
     with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
-        example.train.__wrapped__(model, optimizer, example.make_data(), 3, history)
+        example.train.__daifu__.plain(model, optimizer, example.make_data(), 3, history)
     assert len(history) == 2 * len(example.make_data())

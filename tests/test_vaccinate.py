@@ -11,27 +11,33 @@ import warnings
 import pytest
 
 import daifu
+from tests.copies import fresh
 
 GLOBAL_COUNTER = 0
 
 
 def both(fn):
     """The plain function and its vaccinated twin (compiled from the same source)."""
-    return fn, daifu.transform(fn)
+    return fn, daifu.transform(fresh(fn))
 
 
-def test_decorator_forms_and_metadata():
-    def plain(a, b=2, *args, c, d=4, **kw):
-        "The docstring."
-        return a, b, args, c, d, kw
+def test_decorator_forms_vaccinate_the_function_itself_and_keep_its_metadata():
+    def make():
+        def plain(a, b=2, *args, c, d=4, **kw):
+            "The docstring."
+            return a, b, args, c, d, kw
 
-    for vaccinated in (daifu.transform(plain), daifu.transform()(plain), daifu.transform(globals())(plain)):
-        assert vaccinated is not plain
+        return plain
+
+    for form in (daifu.transform, daifu.transform(), daifu.transform(globals())):
+        plain = make()
+        signature, code = inspect.signature(plain), plain.__code__
+        vaccinated = form(plain)
+        assert vaccinated is plain and plain.__code__ is not code and plain.__daifu__ is not None
         assert vaccinated.__name__ == "plain" and vaccinated.__doc__ == "The docstring."
-        assert vaccinated.__wrapped__ is plain
-        assert inspect.signature(vaccinated) == inspect.signature(plain)
-        assert vaccinated(1, c=3) == plain(1, c=3) == (1, 2, (), 3, 4, {})
-        assert vaccinated(1, 5, 6, c=3, e=7) == plain(1, 5, 6, c=3, e=7)
+        assert inspect.signature(vaccinated) == signature
+        assert vaccinated(1, c=3) == (1, 2, (), 3, 4, {})
+        assert vaccinated(1, 5, 6, c=3, e=7) == (1, 5, (6,), 3, 4, {"e": 7})
 
 
 def test_nothing_is_added_to_the_module_globals():

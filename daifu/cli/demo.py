@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import daifu
-from daifu.store import record
+from daifu.state import RUN
 
 
 def make_batches(epoch: int, count: int = 10, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -76,7 +76,7 @@ def main(epochs: int = 4, workdir: str | None = None) -> dict[str, Any]:
     folder = Path(workdir or tempfile.mkdtemp(prefix="daifu-demo-"))
     checkpoints = folder / "checkpoints" / "run-1"  # does not exist yet: crash 1
     url, stop = start_in_thread(backend="rules")
-    before = len(record.history)
+    before = RUN.recorded
     daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=folder / "daifu_workspace")
     print(f"repair bot (rules backend) at {url}; DaiFu in automatic mode, approve=auto\n")
     torch.manual_seed(0)
@@ -90,7 +90,7 @@ def main(epochs: int = 4, workdir: str | None = None) -> dict[str, Any]:
         stop()
         daifu.configure(mode=None, approve=None, bot_url=None, workspace=None)
     elapsed = time.perf_counter() - started
-    repairs = record.history[before:]
+    repairs = RUN.repairs_since(before)
     for number, repair in enumerate(repairs, 1):
         print(f"crash {number}: {repair['exception_type']}: {repair['exception_message'][:90]}")
         print(f"  at line {repair['line']}: {repair['statement']}")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from daifu import config
 from daifu.cli import launch
-from daifu.store import record
+from daifu.store import repairs
 
 USAGE_ERROR = 2
 
@@ -47,12 +47,12 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
         command.set_defaults(handler=_run, replay=name == "replay")
     show = commands.add_parser("show", help="list the repairs of the record", description="List the recorded repairs.")
-    show.add_argument("--record", type=Path, help="a repairs.jsonl file (default: the workspace's)")
+    show.add_argument("--record", type=Path, help="a repairs.jsonl file or a workspace folder (default: the workspace, every rank)")
     show.set_defaults(handler=_show)
     report = commands.add_parser(
         "report", help="show one recorded repair in full", description="Show one recorded repair."
     )
-    report.add_argument("--record", type=Path, help="a repairs.jsonl file (default: the workspace's)")
+    report.add_argument("--record", type=Path, help="a repairs.jsonl file or a workspace folder (default: the workspace, every rank)")
     report.add_argument("number", type=int, nargs="?", help="its number in `daifu show` (default: the last)")
     report.set_defaults(handler=_report)
     serve = commands.add_parser("serve", help="serve the repair bot over HTTP", description="Serve the repair bot.")
@@ -87,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    entries = _load(args.record) if args.record else _load_all()
+    entries = _load(args.record)
     if entries is None:
         return USAGE_ERROR
     if not entries:
@@ -130,27 +130,34 @@ def _report(args: argparse.Namespace) -> int:
     if entry.get("code"):
         print("             code:")
         print("\n".join(f"    {line}" for line in str(entry["code"]).rstrip("\n").splitlines()))
-    sent = _sent_report(entry)
+    sent = _sent_report(entry, _folder(args.record))
     if sent is not None:
         print("\nThe crash report sent to the repair bot:\n")
         print(sent)
     return 0
 
 
-def _sent_report(entry: dict[str, Any]) -> str | None:
-    """The crash report the repair bot received for this repair, rendered, if the bot was asked."""
-    from daifu.decide.automatic import RECORD_NAME
-    from repairbot.protocol import CrashReport
-    from daifu.report.build import render_report_text
+def _folder(record_path: Path | None) -> Path:
+    """The workspace a `--record` argument names (the file's folder, or the folder itself)."""
+    if record_path is None:
+        return config.settings().workspace
+    return record_path if record_path.is_dir() else record_path.parent
 
-    path = config.settings().workspace / RECORD_NAME
+
+def _sent_report(entry: dict[str, Any], folder: Path) -> str | None:
+    """The crash report the repair bot received for this very repair (same process, same number)."""
+    from daifu.decide.automatic import RECORD_NAME
+    from daifu.report.build import render_report_text
+    from repairbot.protocol import CrashReport
+
+    path = folder / RECORD_NAME
     try:
         answers = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, ValueError):
         return None
     for answer in reversed(answers):
-        same_site = (answer.get("function"), answer.get("line")) == (entry.get("function"), entry.get("line"))
-        if same_site and "report" in answer:
+        same_repair = (answer.get("pid"), answer.get("repair")) == (entry.get("pid"), entry.get("repair"))
+        if same_repair and "report" in answer:
             return render_report_text(CrashReport.model_validate(answer["report"]))
     return None
 
@@ -173,27 +180,19 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_all() -> list[dict[str, Any]] | None:
-    """The repairs of every rank's record in the workspace, merged by time."""
-    if not any(config.settings().workspace.glob("repairs*.jsonl")):
-        print(f"No record at {record.repairs_path()}.", file=sys.stderr)
-        return []
-    try:
-        return record.all_repairs()
-    except (OSError, ValueError) as error:
-        print(f"daifu: cannot read the records in {config.settings().workspace}: {error}", file=sys.stderr)
-        return None
-
-
 def _load(path: Path | None) -> list[dict[str, Any]] | None:
-    path = path or record.repairs_path()
+    """The repairs `show` lists and `report` numbers: one file, a folder, or the workspace (every rank)."""
+    where = path or config.settings().workspace
+    if path is None and not any(where.glob("repairs*.jsonl")):
+        print(f"No record at {repairs.repairs_path()}.", file=sys.stderr)
+        return []
     try:
-        return record.load(path)
+        return repairs.records_in(path)
     except FileNotFoundError:
-        print(f"No record at {path}.", file=sys.stderr)
+        print(f"No record at {where}.", file=sys.stderr)
         return []
     except (OSError, ValueError) as error:
-        print(f"daifu: cannot read the record {path}: {error}", file=sys.stderr)
+        print(f"daifu: cannot read the record {where}: {error}", file=sys.stderr)
         return None
 
 

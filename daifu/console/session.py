@@ -6,7 +6,6 @@ carries the decision out (see `daifu.runtime`). The console never turns tracing 
 with `setup()` and `cmdloop()`, not `set_trace()` — so the program runs at full speed once it is
 left, and pdb's stepping commands say they are unavailable instead of half-working.
 
-Before a person is asked, a broadcast file of the same crash answers (see `daifu.broadcast`).
 """
 
 from __future__ import annotations
@@ -16,12 +15,13 @@ import sys
 from pathlib import Path
 
 from daifu import repair
+from daifu.core import decisions
 from daifu.decide import broadcast
+from daifu.state import RUN
 from daifu.console import editor
 from daifu.store import record
 from daifu.store import workspace
 from daifu.console.colour import paint, wanted
-from daifu.config import Settings
 from daifu.core.crash import Crash
 from daifu.core.decisions import Action, Decision, Retry, Skip, Surgery
 from daifu.console.diffs import source_diff
@@ -40,31 +40,6 @@ COMMANDS = (
     "continue",
 )
 """DaiFu's own commands, in the order `help` lists them."""
-
-_focused: set[Path] = set()
-"""Surgery files `focus` wrote in this process: when a refused decision brings the console back
-for the same repair, the user's edits are kept, while files left by an earlier run are replaced."""
-
-
-def decide(crash: Crash, settings: Settings) -> Decision | None:
-    """A broadcast play for `crash`, else the console's decision when a person is at the terminal.
-
-    `None` (no broadcast, no terminal, or the console left without a decision) means Raise.
-    """
-    match = broadcast.lookup(crash)
-    if match is not None:
-        play = record.play_name(match.decision)
-        print(
-            f"DaiFu: {crash.exception_type} at {crash.filename}:{crash.lineno}: applying {play} from "
-            f"the broadcast {match.path}",
-            file=sys.stderr,
-        )
-        record.note(f"Repair {record.current_number()}: {play} applied from the broadcast {match.path}")
-        return match.decision
-    if not sys.stdin.isatty():
-        return None
-    return open_console(crash)
-
 
 def open_console(crash: Crash) -> Decision | None:
     """The console on `crash`, one process at a time (`daifu.repair.repair_lock`)."""
@@ -179,7 +154,7 @@ class Console(pdb.Pdb):
             except OSError as error:
                 self.error(f"Cannot write the workspace files: {error}")
                 return
-            _focused.add(self._surgery_path)
+            RUN.focused.add(self._surgery_path)
         self.message(
             f"Edit the function's source in:\n  {self._surgery_path}\n"
             f"Write code to run in the faulty frame in:\n  {self._action_path}\n"
@@ -273,7 +248,7 @@ class Console(pdb.Pdb):
         if self.decision is None:
             self.message("No decision taken: the exception is raised.")
         else:
-            self.message(f"Leaving the console: {record.play_name(self.decision)}.")
+            self.message(f"Leaving the console: {decisions.play_name(self.decision)}.")
         return True
 
     do_c = do_cont = do_q = do_quit = do_continue
@@ -331,7 +306,7 @@ class Console(pdb.Pdb):
 
     @property
     def _focused(self) -> bool:
-        return self._surgery_path in _focused
+        return self._surgery_path in RUN.focused
 
     def _not_focused(self, what: str) -> bool:
         if not self._focused:
@@ -350,7 +325,7 @@ class Console(pdb.Pdb):
     def _take(self, decision: Decision, what: str) -> None:
         earlier = self.decision
         self.decision = decision
-        replaced = f" (instead of {record.play_name(earlier)})" if earlier is not None and earlier != decision else ""
+        replaced = f" (instead of {decisions.play_name(earlier)})" if earlier is not None and earlier != decision else ""
         self.message(f"{what}{replaced}: it takes effect when you leave with `q` or `continue`.")
 
     def _broadcast(self, decision: Decision) -> Path | None:

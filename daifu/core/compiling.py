@@ -4,12 +4,20 @@ A definition is compiled inside a factory that declares the function's free vari
 code object refers to them as closure cells; the factory itself is never run, so decorators,
 default values and annotations are not evaluated again. Methods that use zero-argument `super()`
 are compiled inside a class, which gives their code the implicit `__class__` cell.
+
+Generated code reaches DaiFu's runtime through one constant (`RUNTIME`, a string no user code
+holds), which `compile_definition` replaces in the compiled constants by the function's runtime
+helper object. The generated code then has exactly the closure of the original function, so the
+original function object can be given the vaccinated code in place (`function.__code__ = ...`)
+and every decorator wrapper holding it runs the vaccinated code.
 """
 
 from __future__ import annotations
 
 import __future__
 import ast
+import linecache
+import uuid
 from types import CellType, CodeType, FunctionType
 from typing import Any
 from collections.abc import Mapping
@@ -17,6 +25,10 @@ from collections.abc import Mapping
 _FUTURE_FLAGS = 0
 for _feature in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+
+RUNTIME = f"@daifu-runtime-{uuid.uuid4().hex}"
+"""The placeholder constant that generated code loads to reach the runtime helper (`@rt`)."""
 
 
 def place(nodes: list[Any], where: ast.AST) -> list[Any]:
@@ -49,8 +61,13 @@ def future_flags(code: CodeType) -> int:
     return code.co_flags & _FUTURE_FLAGS
 
 
-def compile_definition(fdef: ast.FunctionDef, filename: str, flags: int, free_names: tuple[str, ...]) -> CodeType:
-    """Compile `fdef` so that the names in `free_names` are its closure variables."""
+def compile_definition(
+    fdef: ast.FunctionDef, filename: str, flags: int, free_names: tuple[str, ...], runtime: object = None
+) -> CodeType:
+    """Compile `fdef` so that the names in `free_names` are its closure variables.
+
+    The `RUNTIME` placeholder constants of the generated code become `runtime`.
+    """
     declared = [name for name in free_names if name != "__class__"]
     body: list[ast.stmt] = []
     if declared:
@@ -71,7 +88,20 @@ def compile_definition(fdef: ast.FunctionDef, filename: str, flags: int, free_na
     module = ast.Module(body=[factory], type_ignores=[])
     place([factory], fdef)
     code = compile(module, filename, "exec", flags=flags, dont_inherit=True)
-    return _find_code(code, fdef.name)
+    return bind_constant(_find_code(code, fdef.name), RUNTIME, runtime)
+
+
+def bind_constant(code: CodeType, placeholder: str, value: object) -> CodeType:
+    """`code` (and its nested code objects) with the constant `placeholder` replaced by `value`."""
+    constants = tuple(
+        value
+        if type(constant) is str and constant == placeholder
+        else bind_constant(constant, placeholder, value)
+        if isinstance(constant, CodeType)
+        else constant
+        for constant in code.co_consts
+    )
+    return code.replace(co_consts=constants)
 
 
 def _find_code(code: CodeType, name: str) -> CodeType:
@@ -98,3 +128,10 @@ def make_function(
     """
     closure = tuple(cells[name] if name in cells else CellType() for name in code.co_freevars)
     return FunctionType(code, globals_, code.co_name, defaults, closure or None)
+
+
+def register_source(filename: str, first_lineno: int, source: str) -> None:
+    """Let `linecache` (tracebacks, pdb, `inspect`) show `source` as lines of `filename` from
+    `first_lineno` on: the text of code that exists in no file (a surgery's version, an action)."""
+    lines = ["\n"] * (first_lineno - 1) + source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)

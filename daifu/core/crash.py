@@ -9,6 +9,8 @@ from types import FrameType
 from typing import Any
 from collections.abc import Callable, Mapping
 
+from daifu.core.bounded import TimedOut, bounded, describe
+
 
 @dataclass
 class Crash:
@@ -21,6 +23,10 @@ class Crash:
     `tried` lists the repairs already attempted for this crash, as `(decision, outcome)` strings.
     `check(decision)` tells, without applying anything, why a decision would be refused (a
     surgery that does not compile, renames the function...), or returns `None`.
+    `trial(decision, seconds=None)` tries a decision in a sandboxed copy of the process and
+    returns its `daifu.core.trial.Verdict`, leaving this process untouched.
+    `globals` are the faulty function's module globals; `entry` is the record of this repair
+    (deciders may add facts to `entry.extra`).
     """
 
     exception: BaseException
@@ -37,6 +43,9 @@ class Crash:
     frame: FrameType | None = None
     tried: list[tuple[str, str]] = field(default_factory=list)
     check: Callable[[Any], str | None] = field(default=lambda decision: None, repr=False)
+    trial: Callable[..., Any] = field(default=lambda decision, seconds=None: None, repr=False)
+    globals: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    entry: Any = field(default=None, repr=False)
     edited_locals: Mapping[str, Any] | None = field(default=None, repr=False)
     """Set by a decider that let a person rebind locals in the live frame (the console's `!x = 1`):
     the locals to resume with, instead of the snapshot taken at the crash."""
@@ -45,7 +54,19 @@ class Crash:
     def traceback_text(self) -> str:
         """The exception's traceback, formatted as Python prints it (computed when first asked)."""
         error = self.exception
-        return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+        def text() -> str:
+            return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+        try:
+            return bounded(text)
+        except (TimedOut, Exception) as failure:
+            return f"{type(error).__name__}: <the traceback could not be formatted: {type(failure).__name__}>"
+
+    @cached_property
+    def message(self) -> str:
+        """`str(exception)`, computed once and bounded in time; a failing `__str__` is described."""
+        return describe(self.exception, str)
 
     @property
     def site(self) -> tuple[str, str, int]:

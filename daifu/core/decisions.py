@@ -1,11 +1,17 @@
-"""The decisions a policy, the console or the repair bot can take on a crash.
+"""The decisions a policy, the console or the repair bot can take on a crash, and how they are stored.
 
-Each decision is a small immutable value; the runtime (`daifu.runtime`) carries it out.
+Each decision is a small immutable value; the runtime (`daifu.core.resume`) carries it out. This
+module is also the one codec of decisions: the record, the replay, broadcast files, the
+distributed store and the bot client all write a decision as `to_data(decision)` and read it
+back with `from_data`, which never runs code (the code runs only when the runtime carries the
+decision out). Stored decisions use the prototype's play names (`Surgery`, `Action`, `Pass`,
+`Retry`), which its records and `REPEAT_ACTIONS` lists rely on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -21,8 +27,19 @@ class Retry:
 class Skip:
     """Go on after the faulty statement (the console calls this `pass`).
 
-    On a header the whole compound statement is left: a `for` or `while` ends as if exhausted
-    (its `else` runs), an `if` takes neither branch, a `with` body does not run.
+    The names the statement would have assigned keep their old values (or stay unbound). On a
+    header the whole compound statement is left: a `for` or `while` ends as if exhausted (its
+    `else` runs), an `if` takes neither branch, a `with` body does not run.
+    """
+
+
+@dataclass(frozen=True)
+class SkipIteration:
+    """Leave the rest of the current iteration of the innermost loop holding the faulty statement.
+
+    As a `continue` there would: the loop goes on with its next item (a `for`) or its next test (a
+    `while`); nothing the rest of the iteration would have done is done, so a bad batch is not
+    trained on. Refused when the faulty statement is in no loop of the function.
     """
 
 
@@ -52,4 +69,66 @@ class Raise:
     """Give up: the original exception propagates with its original traceback."""
 
 
-Decision = Retry | Skip | Action | Surgery | Raise
+Decision = Retry | Skip | SkipIteration | Action | Surgery | Raise
+DECISION_TYPES: tuple[type, ...] = (Retry, Skip, SkipIteration, Action, Surgery, Raise)
+
+PLAY_NAMES: dict[type, str] = {
+    Surgery: "Surgery",
+    Action: "Action",
+    Skip: "Pass",
+    SkipIteration: "SkipIteration",
+    Retry: "Retry",
+    Raise: "Raise",
+}
+"""The name each decision is stored under: the prototype's play names, plus DaiFu's own."""
+
+_BY_NAME: dict[str, type] = {name: kind for kind, name in PLAY_NAMES.items()}
+REPLAYABLE = ("Surgery", "Action", "Pass", "Retry", "SkipIteration")
+"""Play names a record may ask to replay (`Raise` is the absence of a repair)."""
+
+
+class BadDecision(ValueError):
+    """Stored data that is not a decision DaiFu can carry out; the message names what is wrong."""
+
+
+def is_decision(value: Any) -> bool:
+    """Whether `value` is one of DaiFu's decisions."""
+    return isinstance(value, DECISION_TYPES)
+
+
+def play_name(decision: Decision) -> str:
+    """The name `decision` is stored under (`Pass` for a skip, as the prototype wrote it)."""
+    return PLAY_NAMES[type(decision)]
+
+
+def code_of(decision: Decision) -> str | None:
+    """The code a decision carries: an action's statements or a surgery's new source."""
+    if isinstance(decision, Surgery):
+        return decision.source
+    if isinstance(decision, Action):
+        return decision.code
+    return None
+
+
+def from_play(name: str, code: str | None) -> Decision:
+    """The decision stored as play `name` with `code` (surgery and action need their code)."""
+    kind = _BY_NAME.get(name)
+    if kind is None:
+        raise BadDecision(f"unknown play {name!r}; known: {', '.join(PLAY_NAMES.values())}")
+    if kind in (Surgery, Action):
+        if not isinstance(code, str) or not code.strip():
+            raise BadDecision(f"the {name} play has no code")
+        return Surgery(code) if kind is Surgery else Action(code)
+    return kind()  # type: ignore[no-any-return]
+
+
+def to_data(decision: Decision) -> dict[str, Any]:
+    """`decision` as JSON-ready data: `{"play": name, "code": code or None}`."""
+    return {"play": play_name(decision), "code": code_of(decision)}
+
+
+def from_data(data: Any) -> Decision:
+    """The decision `to_data` wrote; `BadDecision` for anything else."""
+    if not isinstance(data, dict):
+        raise BadDecision(f"a stored decision must be an object, not {type(data).__name__}")
+    return from_play(str(data.get("play")), data.get("code"))

@@ -7,6 +7,7 @@ continuation, which finishes the body, exits it, once, through the same guard.
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import Any
 
@@ -27,6 +28,14 @@ class Handover(BaseException):
         self.namespace = namespace
         self.started = started  # `time.perf_counter()` at the crash, for the restore time
         self.entry = entry  # the record entry of the repair, ended when the continuation starts
+
+    def start(self) -> dict[str, Any]:
+        """The locals to resume with (handed over once); the repair's record ends here."""
+        self.__context__ = self.__traceback__ = None
+        namespace, self.namespace = self.namespace, {}
+        if self.entry is not None:
+            self.entry.resumed(time.perf_counter() - self.started)
+        return namespace
 
 
 def mark_passed(error: BaseException) -> None:

@@ -1,41 +1,69 @@
 """The runtime of a vaccinated function: where a crash is intercepted and where the run resumes.
 
 `Vaccine.crash` is called by the generated catchers, inside the frame that crashed. It finds the
-faulty statement, asks for a decision, and either returns (the catcher then re-raises the
+faulty statement, asks for a decision and either returns (the catcher then re-raises the
 original exception untouched) or raises a `Handover` carrying a continuation and a snapshot of
 the frame's locals. The frame unwinds without running the user's `finally` clauses or `with`
-exits, and its function-level catcher calls `Vaccine.resume`, which runs the continuation — and
-any further continuations, one after the other, so the stack does not grow with each crash.
+exits, and its own generated code then runs the continuation — and any further continuations,
+one after the other, so the stack does not grow with each crash.
+
+The runtime knows nothing of who decides or where repairs are recorded: the layers above give it a
+`Handling` (see `daifu.vaccinate`). It can also try a decision without carrying it out: in a
+sandboxed copy of the process (`daifu.core.trial`), through the very same resume path.
 """
 
 from __future__ import annotations
 
-import builtins
 import sys
 import threading
 import time
 import warnings
 from dataclasses import dataclass
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
-from typing import Any
-from collections.abc import Callable
+from typing import Any, Protocol
 
-from daifu import config
-from daifu.store import record
+from daifu.core import trial
+from daifu.core.actions import ActionFailed, run_action
 from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of
-from daifu.core.compiling import future_flags, make_function, compile_definition
+from daifu.core.compiling import compile_definition, future_flags, make_function, register_source
 from daifu.core.crash import Crash
-from daifu.decide.chain import decide
-from daifu.core.decisions import Action, Decision, Raise, Retry, Skip, Surgery
-from daifu.core.guard import Guard, Handover, is_passed, mark_passed
+from daifu.core.decisions import Action, Decision, Raise, Retry, Skip, SkipIteration, Surgery
+from daifu.core.guard import Handover, is_passed, mark_passed
+from daifu.core.helpers import Helpers
 from daifu.core.locate import raising_position
 from daifu.core.rewrite import CannotResume, Mode
-from daifu.core.surgery import SurgeryRefused, check_same_signature, resume_path
+from daifu.core.surgery import SurgeryPlan, SurgeryRefused, plan_surgery
 from daifu.core.version import Version, build_version
 
 
 class RepairRefused(Exception):
     """A decision that cannot be carried out; the crash is offered again, state untouched."""
+
+
+class RepairEntry(Protocol):
+    """The record of one repair, as the runtime reports its progress to it."""
+
+    extra: dict[str, Any]
+
+    def decided(self, decision: Decision, decided_by: str) -> None: ...
+
+    def refused(self, decision: Decision, decided_by: str, reason: str) -> None: ...
+
+    def resumed(self, seconds: float) -> None: ...
+
+    def failed(self, decided_by: str) -> None: ...
+
+
+class Handling(Protocol):
+    """What the runtime needs from the layers above: a decision for a crash, and a record of it."""
+
+    def decide(self, crash: Crash) -> tuple[Decision, str]: ...
+
+    def begin(self, crash: Crash) -> RepairEntry: ...
+
+    def note(self, text: str) -> None: ...
+
+    def max_attempts(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -72,74 +100,92 @@ class _Invocation:
         self.progress: dict[Path, _Progress] = {}
 
 
+@dataclass
+class _Live:
+    """What a decision is carried out on: the crash's site, its locals snapshot and its cells."""
+
+    site: Site
+    namespace: dict[str, Any]
+    cells: dict[str, CellType]
+
+
 def _user_view(namespace: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in namespace.items() if not name.startswith("@")}
 
 
-_TEMPORARIES = ("@e", "@h", "@k", "@ns", "@once", "@pending")
+_TEMPORARIES = ("@e", "@h", "@k", "@ns", "@once", "@pending", "@rv")
 
 
 class Vaccine:
-    """Everything DaiFu keeps about one vaccinated function; its generated code's `@rt`.
+    """Everything DaiFu keeps about one vaccinated function.
 
+    function: the user's function object, whose code is replaced in place by each version's
+        vaccinated code (every decorator wrapper holding it runs the new code).
     versions: every source the function has had; the last one runs on later calls.
     units: which version each compiled code object (fast path or continuation) belongs to, by id;
         every such code object is kept alive by its version or the continuation cache.
     """
 
-    Handover = Handover
-    Exception = Exception
-    iter = staticmethod(builtins.iter)
-    isinstance = staticmethod(builtins.isinstance)
-    guard = Guard
-
-    def __init__(self, original: FunctionType, source: str, first_lineno: int) -> None:
-        code = original.__code__
-        self.original = original
+    def __init__(self, function: FunctionType, source: str, first_lineno: int, handling: Handling) -> None:
+        code = function.__code__
+        self.function = function
+        self.original_code = code
+        self.handling = handling
         self.name = code.co_name
-        self.qualname = original.__qualname__
+        self.qualname = function.__qualname__
         self.filename = code.co_filename
         self.flags = future_flags(code)
         self.free_names = code.co_freevars
-        self.cells = dict(zip(code.co_freevars, original.__closure__ or ()))
-        self.cells["@rt"] = CellType(self)
+        self.helpers = Helpers(self.crash)
         self._lock = threading.RLock()
-        self._continuations: dict[tuple[int, Path, Mode], CodeType] = {}
+        self._continuations: dict[tuple[int, Path, Mode, bool], CodeType] = {}
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self.versions: list[Version] = []
-        self.function: FunctionType = self._adopt(self._build(source, first_lineno))
+        self._install(self._build(source, first_lineno))
 
     # -- versions ---------------------------------------------------------------------------
 
-    def _build(self, source: str, first_lineno: int) -> Version:
-        version = build_version(len(self.versions), source, first_lineno, self.filename, self.flags, self.free_names)
-        self.versions.append(version)
-        self.units[id(version.fast_code)] = version
+    def _build(self, source: str, first_lineno: int, filename: str | None = None) -> Version:
+        number = len(self.versions)
+        version = build_version(
+            number, source, first_lineno, filename or self.filename, self.flags, self.free_names, self.helpers
+        )
+        if version.fast_code.co_freevars != self.free_names:
+            raise ValueError(f"the vaccinated code of {self.qualname} needs other closure variables")
         return version
 
-    def _adopt(self, version: Version) -> FunctionType:
-        """The callable for `version`; after the first, the same function object gets the new code."""
+    def _install(self, version: Version) -> None:
+        """Make `version` the one that runs: the function object gets its code, in place."""
         code = version.fast_code
         if sys.version_info >= (3, 11):
             code = code.replace(co_qualname=self.qualname)
-        self.units[id(code)] = version
-        if self.versions[0] is version:
-            return make_function(code, self.original.__globals__, self.cells, self.original.__defaults__)
+        self.versions.append(version)
+        self.units[id(version.fast_code)] = self.units[id(code)] = version
         self.function.__code__ = code
-        return self.function
 
     @property
     def current(self) -> Version:
         return self.versions[-1]
 
+    @property
+    def plain(self) -> FunctionType:
+        """The function as it was before vaccination (its original code), for comparisons."""
+        function = self.function
+        plain = FunctionType(self.original_code, function.__globals__, self.name, function.__defaults__,
+                             function.__closure__)
+        plain.__kwdefaults__ = function.__kwdefaults__
+        return plain
+
     # -- the crash --------------------------------------------------------------------------
 
-    def crash(self, error: BaseException, cells: Callable[[], Any] | None = None) -> None:
+    def crash(self, error: BaseException, cells: Any = None) -> None:
         """Called by a catcher. Returns to let `error` propagate; raises `Handover` to resume."""
         if is_passed(error):
             return
         crashed_at = time.perf_counter()
         frame = sys._getframe(1)
+        if trial.active():
+            trial.crashed(error, frame)  # a trial ends at its first crash; it never decides
         try:
             site = self._site(error, frame)
             if site is None:
@@ -148,7 +194,7 @@ class Vaccine:
             namespace = {k: v for k, v in dict(frame.f_locals).items() if k not in _TEMPORARIES}
             namespace.setdefault("@call", _Invocation())
             closure = dict(zip(cells.__code__.co_freevars, cells.__closure__ or ())) if cells else {}
-            handover = self._repair(error, frame, site, namespace, closure, crashed_at)
+            handover = self._repair(error, frame, _Live(site, namespace, closure), crashed_at)
         except Handover:
             raise
         except Exception as internal:  # a bug of ours must never hide the user's exception
@@ -170,7 +216,8 @@ class Vaccine:
         node, header = found
         return Site(version, path_of(node), header)
 
-    def _describe(self, error: BaseException, frame: FrameType, site: Site, namespace: dict[str, Any]) -> Crash:
+    def _describe(self, error: BaseException, frame: FrameType, live: _Live) -> Crash:
+        site = live.site
         node = site.node
         crash = Crash(
             exception=error,
@@ -182,43 +229,38 @@ class Vaccine:
             lineno=node.lineno,
             statement=site.version.statement_text(node, header_only=site.header),
             kind=_kind(node) if site.header else "statement",
-            locals=MappingProxyType(_user_view(namespace)),
+            locals=MappingProxyType(_user_view(live.namespace)),
             attempt=1,
             frame=frame,
             check=lambda decision: self.check(decision, site),
+            globals=frame.f_globals,
         )
-        previous = self._previous(site, namespace)
+        crash.trial = lambda decision, seconds=None: self.trial(decision, crash, live, seconds)
+        previous = self._previous(site, live.namespace)
         if previous is not None:
             crash.attempt, crash.tried = previous.attempt + 1, list(previous.tried)
         return crash
 
-    def _repair(
-        self,
-        error: BaseException,
-        frame: FrameType,
-        site: Site,
-        namespace: dict[str, Any],
-        cells: dict[str, CellType],
-        crashed_at: float,
-    ) -> Handover | None:
+    def _repair(self, error: BaseException, frame: FrameType, live: _Live, crashed_at: float) -> Handover | None:
         """Ask for decisions until one can be carried out; `None` means give up (Raise)."""
-        crash = self._describe(error, frame, site, namespace)
-        settings = config.settings()
-        if crash.attempt > settings.max_attempts:
-            attempts = crash.attempt - 1
-            record.note(f"{self.qualname}: {attempts} repairs at line {crash.lineno} made no progress; raising")
+        crash = self._describe(error, frame, live)
+        handling = self.handling
+        limit = handling.max_attempts()
+        if crash.attempt > limit:
+            handling.note(f"{self.qualname}: {crash.attempt - 1} repairs at line {crash.lineno} made no progress; raising")
             return None
-        entry = record.begin(crash)
-        for _offer in range(settings.max_attempts + 1):
-            decision, decided_by = decide(crash, settings)
+        entry = handling.begin(crash)
+        crash.entry = entry
+        for _offer in range(limit + 1):
+            decision, decided_by = handling.decide(crash)
             if crash.edited_locals is not None:
                 edited = {k: v for k, v in dict(crash.edited_locals).items() if k not in _TEMPORARIES}
-                namespace = {**edited, "@call": namespace["@call"]}
+                live.namespace = {**edited, "@call": live.namespace["@call"]}
             if isinstance(decision, Raise):
                 entry.failed(decided_by)
                 return None
             try:
-                handover = self._prepare(decision, crash, site, dict(namespace), cells)
+                handover = self._prepare(decision, crash, _Live(live.site, dict(live.namespace), live.cells))
             except RepairRefused as refusal:
                 crash.tried.append((repr(decision), f"refused: {refusal}"))
                 entry.refused(decision, decided_by, str(refusal))
@@ -234,30 +276,47 @@ class Vaccine:
 
     # -- carrying out a decision ------------------------------------------------------------
 
-    def _prepare(
-        self, decision: Decision, crash: Crash, site: Site, namespace: dict[str, Any], cells: dict[str, CellType]
-    ) -> Handover:
+    def _prepare(self, decision: Decision, crash: Crash, live: _Live, trial_run: bool = False) -> Handover:
+        """The hand-over that resumes the run with `decision` carried out on `live`.
+
+        Only an action or a surgery changes anything, and only once this returns: a refused
+        decision leaves the program exactly as it was.
+        """
+        site, namespace = live.site, live.namespace
         version, path, mode = site.version, site.path, self._retry_mode(site, namespace)
+        plan: SurgeryPlan | None = None
         if isinstance(decision, Skip):
             mode = self._skip_mode(site)
-        elif isinstance(decision, Action):
-            self._run_action(decision.code, namespace, crash.frame)
+        elif isinstance(decision, SkipIteration):
+            mode = Mode.NEXT_ITERATION
         elif isinstance(decision, Surgery):
-            version, path, mode = self._operate(decision.source, site, namespace)
-        elif not isinstance(decision, Retry):
+            plan = self._plan(decision.source, site)
+            version, path = plan.version, plan.path
+            mode = self._retry_mode(Site(version, path, site.header), namespace) if plan.same else Mode.AT
+        elif not isinstance(decision, (Retry, Action)):
             raise RepairRefused(f"{decision!r} is not a DaiFu decision")
         try:
-            code = self._continuation(version, path, mode)
+            code = self._continuation(version, path, mode, trial_run)
         except CannotResume as reason:
             raise RepairRefused(str(reason)) from None
-        for name, cell in cells.items():  # a closure variable rebound by an action or the console
+        if isinstance(decision, Action):
+            try:
+                local_names = set(version.scope.plain_locals) | set(live.cells)
+                run_action(decision.code, namespace, local_names, self.function.__globals__, self.flags)
+            except ActionFailed as failure:
+                raise RepairRefused(str(failure)) from None
+        if plan is not None:
+            plan.carry(namespace)
+            with self._lock:
+                self._install(plan.version)
+        for name, cell in live.cells.items():  # a closure variable rebound by an action or the console
             if name in namespace:
                 cell.cell_contents = namespace[name]
+        for name in version.scope.plain_locals:
+            if name.startswith(("@fx", "@fp")):
+                namespace.setdefault(name, None)
         self._remember(version, path, site, namespace, crash)
-        function = make_function(code, self.original.__globals__, {**cells, "@rt": self.cells["@rt"]})
-        for name in code.co_freevars:
-            if name not in cells and name != "@rt" and name in namespace:
-                function.__closure__[code.co_freevars.index(name)].cell_contents = namespace[name]
+        function = make_function(code, self.function.__globals__, live.cells)
         return Handover(function, namespace)
 
     def _retry_mode(self, site: Site, namespace: dict[str, Any]) -> Mode:
@@ -274,81 +333,68 @@ class Vaccine:
             return Mode.LOOP_EXHAUSTED
         return Mode.AFTER
 
-    def _run_action(self, code: str, namespace: dict[str, Any], frame: FrameType) -> None:
-        """Run action code on the snapshot; names that are not locals of the function become globals."""
+    def _plan(self, source: str, site: Site) -> SurgeryPlan:
+        """Build and validate a new version without installing it; `RepairRefused` says why."""
+        number = len(self.versions)
+        filename = f"{self.filename} (surgery {number})"
         try:
-            compiled = compile(code, "<daifu action>", "exec")
-        except SyntaxError as error:
-            raise RepairRefused(f"the action does not parse: line {error.lineno}: {error.msg}") from None
-        scratch = dict(namespace)
-        try:
-            exec(compiled, frame.f_globals, scratch)
-        except Exception as error:
-            raise RepairRefused(f"the action raised {type(error).__name__}: {error}") from None
-        local_names = set(self.current.scope.plain_locals) | set(self.current.scope.cell_names)
-        for name in list(namespace):
-            if name not in scratch:
-                del namespace[name]
-        for name, value in scratch.items():
-            if name in local_names or name in namespace:
-                namespace[name] = value
-            elif not name.startswith("__"):
-                frame.f_globals[name] = value
-
-    def _operate(self, source: str, site: Site, namespace: dict[str, Any]) -> tuple[Version, Path, Mode]:
-        """Validate and install a new source; where in it the run resumes."""
-        with self._lock:
-            new, path, same = self._examine(source, site)
-            self.versions.append(new)
-            self.units[id(new.fast_code)] = new
-            self._adopt(new)
-        if same:
-            return new, path, self._retry_mode(Site(new, path, site.header), namespace)
-        return new, path, Mode.AT
-
-    def _examine(self, source: str, site: Site) -> tuple[Version, Path, bool]:
-        """Build a new source without installing it; `RepairRefused` says why it cannot be."""
-        old = site.version
-        try:
-            new = build_version(
-                len(self.versions), source, old.first_lineno, self.filename, self.flags, self.free_names
-            )
+            new = self._build(source, site.version.first_lineno, filename)
         except SyntaxError as error:
             where = f"line {error.lineno}: " if error.lineno else ""
             raise RepairRefused(f"the new source does not compile: {where}{error.msg}") from None
         except ValueError as error:
             raise RepairRefused(f"the new source is refused: {error}") from None
         try:
-            check_same_signature(old.fdef, new.fdef)
-            path, same = resume_path(old, new, site.path)
-            new.rewriter.continuation(new.fdef, path, Mode.AT)
+            known = set(self.function.__globals__) | set(self.free_names)
+            plan = plan_surgery(site.version, new, site.path, known)
+            new.rewriter.continuation(new.fdef, plan.path, Mode.AT)
         except (SurgeryRefused, CannotResume) as refusal:
             raise RepairRefused(str(refusal)) from None
-        return new, path, same
+        register_source(filename, new.first_lineno, new.source)
+        return plan
 
     def check(self, decision: Decision, site: Site) -> str | None:
         """Why `decision` would be refused at `site`, or `None`; changes nothing (a dry run)."""
         try:
             if isinstance(decision, Surgery):
-                self._examine(decision.source, site)
+                self._plan(decision.source, site)
             elif isinstance(decision, Action):
-                compile(decision.code, "<daifu action>", "exec")
+                compile(decision.code, "<daifu action>", "exec", dont_inherit=True)
+            elif isinstance(decision, SkipIteration):
+                self._continuation(site.version, site.path, Mode.NEXT_ITERATION, False)
         except RepairRefused as refusal:
+            return str(refusal)
+        except CannotResume as refusal:
             return str(refusal)
         except SyntaxError as error:
             return f"the action does not parse: line {error.lineno}: {error.msg}"
         return None
 
-    def _continuation(self, version: Version, path: Path, mode: Mode) -> CodeType:
-        key = (version.number, path, mode)
+    def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None) -> trial.Verdict:
+        """Try `decision` in a sandboxed copy of this process, through the real resume path."""
+
+        def run() -> Any:
+            handover = self._prepare(decision, crash, _Live(live.site, dict(live.namespace), live.cells), True)
+            namespace = handover.start()
+            result = handover.continuation(namespace)
+            while isinstance(result, Handover):  # cannot happen: a trial ends at its first crash
+                result = result.continuation(result.start())
+            return result
+
+        return trial.run(decision, run, live.namespace, seconds)
+
+    def _continuation(self, version: Version, path: Path, mode: Mode, trial_run: bool) -> CodeType:
+        key = (version.number, path, mode, trial_run)
         code = self._continuations.get(key)
         if code is None:
-            tree = version.rewriter.continuation(version.fdef, path, mode)
-            free = ("@rt",) + tuple(sorted(set(version.scope.cell_names)))
-            code = compile_definition(tree, self.filename, self.flags, free)
+            rewriter = version.trial_rewriter if trial_run else version.rewriter
+            tree = rewriter.continuation(version.fdef, path, mode)
+            free = tuple(sorted(set(version.scope.cell_names)))
+            code = compile_definition(tree, version.fast_code.co_filename, self.flags, free, self.helpers)
             if sys.version_info >= (3, 11):
                 code = code.replace(co_qualname=self.qualname)
-            self._continuations[key] = code
+            if not trial_run:
+                self._continuations[key] = code
             self.units[id(code)] = version
         return code
 
@@ -378,21 +424,6 @@ class Vaccine:
         progress.pop(site.path, None)
         fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else ()
         progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
-
-    # -- resuming ---------------------------------------------------------------------------
-
-    def resume(self, handover: Handover) -> Any:
-        """Run continuations until one finishes the invocation; return what it returns."""
-        while True:
-            handover.__context__ = handover.__traceback__ = None
-            continuation, namespace = handover.continuation, handover.namespace
-            handover.namespace = {}
-            if handover.entry is not None:
-                handover.entry.resumed(time.perf_counter() - handover.started)
-            result = continuation(namespace)
-            if type(result) is not Handover:
-                return result
-            handover = result
 
 
 def _kind(node: Any) -> str:

@@ -1,18 +1,26 @@
 """The code transformation: the vaccinated fast path, and continuations that resume mid-function.
 
-Generated names start with `@`, which no user can write (pytest's `@py_assert` habit). The state
-the generated code keeps, beside the user's own locals:
+Generated names start with `@`, which no user can write (pytest's `@py_assert` habit). Generated
+code reaches the runtime through `@rt`, one constant of the compiled code (see
+`daifu.core.compiling`), and keeps, beside the user's own locals:
 
-- `@rt`      the function's `Vaccine` (a closure cell: nothing is added to the module globals);
 - `@itD`     the iterator of the `for` loop at loop depth D, so a resume can continue that loop;
 - `@cmD`     the `Guard` of the `with` at depth D, so a resume can exit it exactly once;
 - `@pending` a `Handover` in flight, which disarms the user's `finally` clauses on its way out;
+- `@fxK`, `@fpK` for the K-th `try ... finally` of the function: the exception being handled
+  around it, and what its `finally` clause is finishing (a pending exception, `return` value,
+  `break` or `continue`), so a run resumed inside a `finally` clause does it afterwards;
+- `@rv`      a returned value on its way through `finally` clauses;
 - `@e`, `@h`, `@k`, `@ns`, `@once` short-lived temporaries of the catchers and continuations.
 
 Catchers (`try: ... except Exception`) sit only where an exception must be stopped before user
 machinery sees it: the function body, every `with` body, and the blocks of a `try` with a
 `finally`. Loop and `if` bodies need none: an exception leaves them without side effects, and the
 loop's iterator survives in `@itD`. Since Python 3.11 a `try` costs nothing until it raises.
+
+A continuation may be built in the *trial* flavour (`daifu.core.trial`): it signals
+`@rt.trial_end()` where the interrupted iteration of the innermost enclosing loop is over, the
+point at which a trial of a repair has seen enough.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from daifu.core.blocks import COMPOUND, Path, block_of
-from daifu.core.compiling import no_arguments
+from daifu.core.compiling import RUNTIME, no_arguments
 from daifu.core.compiling import place as _at
 
 
@@ -34,10 +42,11 @@ class Mode(Enum):
     AFTER = "after"  # run what follows it
     LOOP_NEXT = "loop-next"  # a `for` header: ask the same iterator for its next item
     LOOP_EXHAUSTED = "loop-exhausted"  # a loop header: end the loop as if exhausted (run `else`)
+    NEXT_ITERATION = "next-iteration"  # leave the rest of the innermost loop's iteration (a `continue`)
 
 
 class CannotResume(Exception):
-    """The requested resume point cannot be reached (e.g. inside a running `finally`)."""
+    """The requested resume point cannot be reached; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -46,15 +55,19 @@ class Scope:
 
     cell_names: the cell and free variables, handed to the runtime on a crash so that a
         continuation shares them (closures keep seeing rebinds).
+    own_cells: those of `cell_names` that are the function's own cell variables (captured by a
+        nested function, lambda or comprehension): a continuation declares them `nonlocal`, so
+        that rebinding one rebinds the crashed frame's cell.
     plain_locals: the other local variables, loaded into a continuation from the snapshot.
     declared: `global` / `nonlocal` statements, repeated at the top of a continuation.
-    has_finally: whether any `try` has a `finally` (then `@pending` exists).
+    finals: how many `try ... finally` statements the function has.
     """
 
     cell_names: tuple[str, ...]
+    own_cells: tuple[str, ...]
     plain_locals: tuple[str, ...]
     declared: tuple[ast.stmt, ...]
-    has_finally: bool
+    finals: int
 
 
 @dataclass(frozen=True)
@@ -64,12 +77,18 @@ class _Depth:
     `passed` are the exception types of the user's `except` clauses whose `try` body encloses
     this point: a catcher lets those through to them. `caught_all`: one of them is a bare
     `except`, `except Exception` or `except BaseException`, so nothing here is ever a crash.
+    `finals`: the numbers of the `try ... finally` statements whose `finally` clause runs when
+    control leaves this point; `loop_finals`: how many of them are outside the innermost loop
+    (a `break` or `continue` passes through the others only).
     """
 
     loops: int = 0
     withs: int = 0
     passed: tuple[ast.expr, ...] = ()
     caught_all: bool = False
+    finals: tuple[int, ...] = ()
+    loop_finals: int = 0
+    in_loop: bool = False
 
     def inside_try(self, node: ast.stmt) -> _Depth:
         handlers = getattr(node, "handlers", [])
@@ -81,13 +100,40 @@ class _Depth:
             caught_all=self.caught_all or any(_is_catch_all(h) for h in handlers),
         )
 
+    def inside_loop(self, node: ast.stmt) -> _Depth:
+        loops = self.loops + 1 if isinstance(node, ast.For) else self.loops
+        return replace(self, loops=loops, loop_finals=len(self.finals), in_loop=True)
+
+    def inside_final(self, node: ast.stmt) -> _Depth:
+        """Inside the body, a handler or the `else` of a `try ... finally`."""
+        return replace(self, finals=self.finals + (final_number(node),))
+
+
+def final_number(node: ast.stmt) -> int:
+    """The number K of a `try ... finally` statement, stamped by `number_finals`."""
+    return node._daifu_final  # type: ignore[attr-defined,no-any-return]
+
+
+def number_finals(statements: list[ast.stmt]) -> int:
+    """Number the `try ... finally` statements among `statements` (in order); return how many."""
+    count = 0
+    for statement in statements:
+        if isinstance(statement, COMPOUND) and getattr(statement, "finalbody", None):
+            statement._daifu_final = count  # type: ignore[attr-defined]
+            count += 1
+    return count
+
 
 def _name(identifier: str, store: bool = False) -> ast.Name:
     return ast.Name(id=identifier, ctx=ast.Store() if store else ast.Load())
 
 
 def _rt(attribute: str) -> ast.Attribute:
-    return ast.Attribute(value=_name("@rt"), attr=attribute, ctx=ast.Load())
+    return ast.Attribute(value=ast.Constant(RUNTIME), attr=attribute, ctx=ast.Load())
+
+
+def _call(attribute: str, *arguments: ast.expr) -> ast.Call:
+    return ast.Call(func=_rt(attribute), args=list(arguments), keywords=[])
 
 
 def _assign(identifier: str, value: ast.expr) -> ast.Assign:
@@ -98,17 +144,35 @@ def _none() -> ast.Constant:
     return ast.Constant(value=None)
 
 
+def _is(identifier: str, negate: bool = False) -> ast.Compare:
+    return ast.Compare(left=_name(identifier), ops=[ast.IsNot() if negate else ast.Is()], comparators=[_none()])
+
+
 def _is_catch_all(handler: ast.ExceptHandler) -> bool:
     return handler.type is None or (
         isinstance(handler.type, ast.Name) and handler.type.id in ("BaseException", "Exception")
     )
 
 
-class Rewriter:
-    """Builds vaccinated statement lists for one version of a function."""
+def _def_line(fdef: ast.FunctionDef) -> ast.AST:
+    """A place on the `def` line only: where the statements about the whole call are shown."""
+    spot = ast.Pass()
+    spot.lineno = spot.end_lineno = fdef.lineno
+    spot.col_offset, spot.end_col_offset = fdef.col_offset, fdef.col_offset + 3
+    return spot
 
-    def __init__(self, scope: Scope) -> None:
+
+class Rewriter:
+    """Builds vaccinated statement lists for one version of a function.
+
+    `trial`: build continuations in the trial flavour (see the module docstring); `_trial_mark`
+    is set while the innermost resumed loop still has to receive its end-of-trial signal.
+    """
+
+    def __init__(self, scope: Scope, trial: bool = False) -> None:
         self.scope = scope
+        self.trial = trial
+        self._trial_mark = False
         self._prologue: list[ast.stmt] | None = None
         self._statements: dict[tuple[int, _Depth], list[ast.stmt]] = {}
 
@@ -119,7 +183,7 @@ class Rewriter:
         if self.scope.cell_names:
             cells = ast.Tuple(elts=[_name(n) for n in self.scope.cell_names], ctx=ast.Load())
             arguments.append(ast.Lambda(args=no_arguments(), body=cells))
-        return ast.Expr(ast.Call(func=_rt("crash"), args=arguments, keywords=[]))
+        return ast.Expr(_call("crash", *arguments))
 
     def catcher(self, body: list[ast.stmt], where: ast.AST, depth: _Depth) -> list[ast.stmt]:
         """`body` inside `try/except Exception`: an escaping exception is offered as a crash.
@@ -132,8 +196,7 @@ class Rewriter:
         passed = list(depth.passed)
         if passed:
             types = ast.Tuple(elts=passed, ctx=ast.Load()) if len(passed) > 1 else passed[0]
-            check = ast.Call(func=_rt("isinstance"), args=[_name("@e"), types], keywords=[])
-            handler_body.append(ast.If(test=check, body=[ast.Raise()], orelse=[]))
+            handler_body.append(ast.If(test=_call("isinstance", _name("@e"), types), body=[ast.Raise()], orelse=[]))
         handler_body += [self._crash_call(), ast.Raise()]
         handler = ast.ExceptHandler(type=_rt("Exception"), name="@e", body=handler_body)
         return _at([ast.Try(body=body, handlers=[handler], orelse=[], finalbody=[])], where)
@@ -159,7 +222,7 @@ class Rewriter:
         if isinstance(node, ast.For):
             return self._for(node, depth, self._fresh_iterator(node, depth))
         if isinstance(node, ast.While):
-            return [self._copy(node, body=self.block(node.body, depth), orelse=self.block(node.orelse, depth))]
+            return [self._while(node, depth)]
         if isinstance(node, ast.If):
             return [self._copy(node, body=self.block(node.body, depth), orelse=self.block(node.orelse, depth))]
         if isinstance(node, ast.With):
@@ -168,9 +231,14 @@ class Rewriter:
             cases = [self._copy(case, body=self.block(case.body, depth)) for case in node.cases]
             return [self._copy(node, cases=cases)]
         if isinstance(node, COMPOUND):  # try / try*
-            return self._try(node, depth, body=self.block(node.body, depth.inside_try(node)))
+            return self._try(node, depth, self.block(node.body, self._try_depth(node, depth)), fresh=True)
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return _at([ast.Pass()], node)  # hoisted to the top of the function: see Scope.declared
+        if isinstance(node, ast.Return) and depth.finals:
+            return self._return_through_finals(node, depth)
+        if isinstance(node, (ast.Break, ast.Continue)) and depth.finals[depth.loop_finals :]:
+            kind = "break" if isinstance(node, ast.Break) else "continue"
+            return self._mark(depth.finals[depth.loop_finals :], ast.Constant(kind), _none(), node) + [node]
         return [node]
 
     @staticmethod
@@ -180,47 +248,75 @@ class Rewriter:
             setattr(fresh, key, value)
         return fresh
 
+    def _mark(self, finals: tuple[int, ...], kind: ast.expr, value: ast.expr, where: ast.AST) -> list[ast.stmt]:
+        """`@fpK = (kind, value)` for each `finally` clause control is about to pass through."""
+        marker = ast.Tuple(elts=[kind, value], ctx=ast.Load())
+        targets: list[ast.expr] = [_name(f"@fp{k}", store=True) for k in finals]
+        return _at([ast.Assign(targets=targets, value=marker)], where)
+
+    def _return_through_finals(self, node: ast.Return, depth: _Depth) -> list[ast.stmt]:
+        """`return X` as `@rv = X; @fpK = ("return", @rv); return @rv`: the value survives a resume."""
+        value = _assign("@rv", node.value or _none())
+        marks = self._mark(depth.finals, ast.Constant("return"), _name("@rv"), node)
+        return _at([value], node) + marks + _at([ast.Return(value=_name("@rv"))], node)
+
     def _fresh_iterator(self, node: ast.For, depth: _Depth) -> ast.expr:
-        call = ast.Call(func=_rt("iter"), args=[node.iter], keywords=[])
-        walrus = ast.NamedExpr(target=_name(f"@it{depth.loops}", store=True), value=call)
-        return _at([walrus], node.iter)[0]  # type: ignore[return-value]
+        walrus = ast.NamedExpr(target=_name(f"@it{depth.loops}", store=True), value=_call("iter", node.iter))
+        return _at([walrus], node.iter)[0]  # type: ignore[no-any-return]
 
     def _for(self, node: ast.For, depth: _Depth, iterable: ast.expr) -> list[ast.stmt]:
-        inner = replace(depth, loops=depth.loops + 1)
         _at([iterable], node.iter)
-        loop = self._copy(node, iter=iterable, body=self.block(node.body, inner), orelse=self.block(node.orelse, depth))
+        body = self.block(node.body, depth.inside_loop(node))
+        loop = self._copy(node, iter=iterable, body=body, orelse=self.block(node.orelse, depth))
         variable = f"@it{depth.loops}"
         reset = _at([_assign(variable, _none())], node)  # a stale iterator must never be resumed
         fresh = isinstance(iterable, ast.NamedExpr)
         return (reset if fresh else []) + [loop] + _at([_assign(variable, _none())], node)
 
+    def _while(self, node: ast.While, depth: _Depth) -> ast.stmt:
+        body = self.block(node.body, depth.inside_loop(node))
+        return self._copy(node, body=body, orelse=self.block(node.orelse, depth))  # type: ignore[return-value]
+
     def _with(self, node: ast.With, depth: _Depth) -> list[ast.stmt]:
         item = node.items[0]
-        guarded = ast.Call(func=_rt("guard"), args=[item.context_expr], keywords=[])
-        walrus = ast.NamedExpr(target=_name(f"@cm{depth.withs}", store=True), value=guarded)
+        walrus = ast.NamedExpr(target=_name(f"@cm{depth.withs}", store=True), value=_call("guard", item.context_expr))
         _at([walrus], item.context_expr)
         inner = replace(depth, withs=depth.withs + 1)
         body = self.catcher(self.block(node.body, inner), node, inner)
         guarded_item = ast.withitem(context_expr=walrus, optional_vars=item.optional_vars)
         return [self._copy(node, items=[guarded_item], body=body)]
 
-    def _try(self, node: ast.stmt, depth: _Depth, body: list[ast.stmt]) -> list[ast.stmt]:
-        """A `try`, with the user's own handlers first in line and its `finally` disarmable."""
+    @staticmethod
+    def _try_depth(node: ast.stmt, depth: _Depth) -> _Depth:
+        inner = depth.inside_try(node)
+        return inner.inside_final(node) if getattr(node, "finalbody", None) else inner
+
+    def _try(self, node: ast.stmt, depth: _Depth, body: list[ast.stmt], fresh: bool) -> list[ast.stmt]:
+        """A `try`, with the user's own handlers first in line and its `finally` disarmable.
+
+        `fresh`: the `try` statement starts here (the fast path), rather than being resumed
+        inside its body; only a fresh one sets up what its `finally` clause will finish.
+        """
         is_star = not isinstance(node, ast.Try)
         body = body or _at([ast.Pass()], node)
-        handlers = [self._copy(h, body=self._handler_body(h, node, depth)) for h in node.handlers]
-        orelse = self.block(node.orelse, depth)
-        if node.finalbody:
-            orelse = self.catcher(orelse, node, depth)
-        if node.finalbody and not is_star:
-            body = self.catcher(body, node, depth.inside_try(node))
+        around = depth.inside_final(node) if node.finalbody else depth  # type: ignore[attr-defined]
+        handlers = [self._copy(h, body=self._handler_body(h, node, around)) for h in node.handlers]  # type: ignore[attr-defined]
+        orelse = self.block(node.orelse, around)  # type: ignore[attr-defined]
+        if node.finalbody:  # type: ignore[attr-defined]
+            orelse = self.catcher(orelse, node, around)
+        if node.finalbody and not is_star:  # type: ignore[attr-defined]
+            body = self.catcher(body, node, around.inside_try(node))
         if handlers and not is_star:
             let_through = ast.ExceptHandler(type=_rt("Handover"), name=None, body=[ast.Raise()])
             handlers = _at([let_through], node) + handlers  # type: ignore[assignment]
-        if not node.finalbody:
+        if not node.finalbody:  # type: ignore[attr-defined]
             return [self._copy(node, body=body, handlers=handlers, orelse=orelse)]
         inner = [self._copy(node, body=body, handlers=handlers, orelse=orelse, finalbody=[])] if handlers else body
-        return self._disarmable(inner, self.block(node.finalbody, depth), node)
+        k = final_number(node)
+        final = _at([ast.If(test=_is(f"@fp{k}"), body=[_assign(f"@fp{k}", _call("pending", _name(f"@fx{k}")))],
+                            orelse=[])], node) + self.block(node.finalbody, depth)  # type: ignore[attr-defined]
+        setup = _at([_assign(f"@fx{k}", _call("handled")), _assign(f"@fp{k}", _none())], node) if fresh else []
+        return setup + self._disarmable(inner, final, node)
 
     def _handler_body(self, handler: ast.ExceptHandler, node: ast.stmt, depth: _Depth) -> list[ast.stmt]:
         return self.catcher(self.block(handler.body, depth), handler, depth)
@@ -231,40 +327,46 @@ class Rewriter:
         The continuation that takes over runs its own copy of the `finally`, at the right time.
         """
         store = ast.ExceptHandler(type=_rt("Handover"), name="@h", body=[_assign("@pending", _name("@h"))])
-        pending_is_none = ast.Compare(left=_name("@pending"), ops=[ast.Is()], comparators=[_none()])
-        guarded_final = ast.If(test=pending_is_none, body=final or [ast.Pass()], orelse=[])
+        guarded_final = ast.If(test=_is("@pending"), body=final or [ast.Pass()], orelse=[])
         outer = ast.Try(body=inner, handlers=[store], orelse=[], finalbody=[guarded_final])
-        relay = ast.If(
-            test=ast.Compare(left=_name("@pending"), ops=[ast.IsNot()], comparators=[_none()]),
-            body=[ast.Raise(exc=_name("@pending"))],
-            orelse=[],
-        )
+        relay = ast.If(test=_is("@pending", negate=True), body=[ast.Raise(exc=_name("@pending"))], orelse=[])
         _at([store, relay], where)
         _at([outer, guarded_final], where)
         return [outer, relay]
 
     # -- whole functions ------------------------------------------------------------------
 
-    def _frame(self, body: list[ast.stmt], where: ast.AST, in_continuation: bool) -> list[ast.stmt]:
-        """The function-level catcher, and the hand-over to a continuation."""
-        caught = self.catcher(body, where, _Depth()) or _at([ast.Pass()], where)
+    def _frame(self, body: list[ast.stmt], fdef: ast.FunctionDef, in_continuation: bool) -> list[ast.stmt]:
+        """The function-level catcher, and the hand-over to a continuation.
+
+        The fast path runs the continuations itself, one after the other (a continuation that
+        crashes and is repaired hands over to the next), so no frame of DaiFu's sits between the
+        user's callers and the continuation in a traceback, and the stack does not grow.
+        """
+        caught = self.catcher(body, fdef, _Depth()) or _at([ast.Pass()], fdef)
         if in_continuation:
             handover_body: list[ast.stmt] = [ast.Return(value=_name("@h"))]
             after: list[ast.stmt] = []
         else:
             released = [_assign(name, _none()) for name in self.scope.plain_locals]
             handover_body = [_assign("@k", _name("@h")), *released]
-            after = [ast.Return(value=ast.Call(func=_rt("resume"), args=[_name("@k")], keywords=[]))]
+            run = ast.Call(func=ast.Attribute(value=_name("@k"), attr="continuation", ctx=ast.Load()),
+                           args=[ast.Call(func=ast.Attribute(value=_name("@k"), attr="start", ctx=ast.Load()),
+                                          args=[], keywords=[])], keywords=[])
+            finished = ast.UnaryOp(op=ast.Not(), operand=_call("isinstance", _name("@k"), _rt("Handover")))
+            loop = ast.While(test=ast.Constant(True), body=[_assign("@k", run), ast.If(
+                test=finished, body=[ast.Return(value=_name("@k"))], orelse=[])], orelse=[])
+            after = _at([loop], _def_line(fdef))
         handover = ast.ExceptHandler(type=_rt("Handover"), name="@h", body=handover_body)
         top = ast.Try(body=caught, handlers=[handover], orelse=[ast.Return(value=_none())], finalbody=[])
-        prelude = [_assign("@pending", _none())] if self.scope.has_finally else []
-        return _at(prelude + [top] + after, where)
+        prelude = [_assign("@pending", _none())] if self.scope.finals else []
+        return _at(prelude + [top], fdef) + after
 
     def fast_path(self, fdef: ast.FunctionDef) -> ast.FunctionDef:
         """The vaccinated function: the user's code, plus catchers that cost nothing until a crash."""
         declared = list(self.scope.declared)
         body = declared + self._frame(self.block(fdef.body, _Depth()), fdef, in_continuation=False)
-        return self._copy(fdef, body=body, decorator_list=[])  # type: ignore[return-value]
+        return self._copy(fdef, body=body)  # type: ignore[return-value]
 
     def continuation(self, fdef: ast.FunctionDef, path: Path, mode: Mode) -> ast.FunctionDef:
         """A function of one argument, the locals snapshot, that runs `fdef` from `path` on.
@@ -273,6 +375,7 @@ class Rewriter:
         enclosing block, resumed loops running their remaining iterations with the saved
         iterators and resumed `with` blocks exiting through their saved guards.
         """
+        self._trial_mark = self.trial
         rest = self._rest(fdef.body, path, mode, _Depth())
         body = self._load_locals(fdef) + self._frame(rest, fdef, in_continuation=True)
         arguments = no_arguments()
@@ -280,9 +383,13 @@ class Rewriter:
         return self._copy(fdef, args=arguments, body=body, decorator_list=[], returns=None)  # type: ignore[return-value]
 
     def _load_locals(self, fdef: ast.FunctionDef) -> list[ast.stmt]:
-        """`if "x" in @ns: x = @ns["x"]` for each local, then `@ns.clear()`; built once per version."""
+        """The continuation's prologue, built once per version: its own cells declared `nonlocal`
+        (they are the crashed frame's cells), then `if "x" in @ns: x = @ns["x"]` for each local,
+        then `@ns.clear()`."""
         if self._prologue is None:
             prologue: list[ast.stmt] = list(self.scope.declared)
+            if self.scope.own_cells:
+                prologue.append(ast.Nonlocal(names=list(self.scope.own_cells)))
             for name in self.scope.plain_locals:
                 present = ast.Compare(left=ast.Constant(name), ops=[ast.In()], comparators=[_name("@ns")])
                 load = ast.Subscript(value=_name("@ns"), slice=ast.Constant(name), ctx=ast.Load())
@@ -308,11 +415,15 @@ class Rewriter:
         if mode is Mode.AFTER:
             return after
         node = block[index]
+        if mode is Mode.NEXT_ITERATION:
+            if not depth.in_loop:
+                raise CannotResume("the faulty statement is in no loop of the function: no iteration to skip")
+            return self._statement(_at([ast.Continue()], node)[0], depth)
         if mode is Mode.LOOP_NEXT and isinstance(node, ast.For):
-            return self._for(node, depth, _name(f"@it{depth.loops}")) + after
+            return self._trial_loop_end(self._for(node, depth, _name(f"@it{depth.loops}")), node) + after
         if mode is Mode.LOOP_EXHAUSTED and isinstance(node, (ast.For, ast.While)):
             cleared = _at([_assign(f"@it{depth.loops}", _none())], node) if isinstance(node, ast.For) else []
-            return self.block(node.orelse, depth) + cleared + after
+            return self._trial_loop_end(self.block(node.orelse, depth) + cleared, node) + after
         raise CannotResume(f"cannot resume {mode.value} a {type(node).__name__} statement")
 
     def _resumed(self, node: ast.stmt, field: str, path: Path, mode: Mode, depth: _Depth) -> list[ast.stmt]:
@@ -323,15 +434,18 @@ class Rewriter:
             if field == "orelse":
                 cleared = _at([_assign(f"@it{depth.loops}", _none())], node) if isinstance(node, ast.For) else []
                 return self._rest(node.orelse, path, mode, depth) + cleared
-            inner = replace(depth, loops=depth.loops + 1) if isinstance(node, ast.For) else depth
-            return self._resumed_loop(node, self._rest(node.body, path, mode, inner), depth)
+            return self._resumed_loop(node, self._rest(node.body, path, mode, depth.inside_loop(node)), depth)
         if isinstance(node, ast.With):
             inner = replace(depth, withs=depth.withs + 1)
             body = self.catcher(self._rest(node.body, path, mode, inner), node, inner) or _at([ast.Pass()], node)
             reentered = ast.withitem(context_expr=_name(f"@cm{depth.withs}"), optional_vars=None)
             return _at([ast.With(items=[reentered], body=body)], node)
         if isinstance(node, COMPOUND):
-            inner = depth.inside_try(node) if field == "body" else depth
+            if field == "finalbody":
+                return self._resumed_final(node, self._rest(node.finalbody, path, mode, depth), depth)
+            inner = self._try_depth(node, depth) if field == "body" else depth
+            if field != "body" and node.finalbody:  # type: ignore[attr-defined]
+                inner = inner.inside_final(node)
             return self._resumed_try(node, field, self._rest(block_of(node, field), path, mode, inner), depth)
         raise CannotResume(f"no block {field!r} in a {type(node).__name__} statement")
 
@@ -345,27 +459,54 @@ class Rewriter:
         if isinstance(node, ast.For):
             remaining = self._for(node, depth, _name(f"@it{depth.loops}"))
         else:
-            remaining = [self._copy(node, body=self.block(node.body, depth), orelse=self.block(node.orelse, depth))]
-        once = ast.For(
-            target=_name("@once", store=True),
-            iter=ast.Tuple(elts=[_none()], ctx=ast.Load()),
-            body=rest or [ast.Pass()],
-            orelse=remaining,
-        )
+            remaining = [self._while(node, depth)]
+        once = ast.For(target=_name("@once", store=True), iter=ast.Tuple(elts=[_none()], ctx=ast.Load()),
+                       body=rest or [ast.Pass()], orelse=remaining)
+        if self._trial_mark:
+            once.orelse = self._trial_end(node) + once.orelse
+            return self._trial_loop_end(_at([once], node), node)
         return _at([once], node)
 
+    def _trial_end(self, where: ast.AST) -> list[ast.stmt]:
+        return _at([ast.Expr(_call("trial_end"))], where)
+
+    def _trial_loop_end(self, statements: list[ast.stmt], where: ast.AST) -> list[ast.stmt]:
+        """In the trial flavour, `statements` followed by the end-of-trial signal (once, innermost)."""
+        if not self._trial_mark:
+            return statements
+        self._trial_mark = False
+        return statements + self._trial_end(where)
+
     def _resumed_try(self, node: ast.stmt, field: str, rest: list[ast.stmt], depth: _Depth) -> list[ast.stmt]:
-        if field == "finalbody":
-            raise CannotResume("cannot resume inside a `finally` clause: what it was finishing is unknown")
         if field == "body":
-            return self._try(node, depth, body=rest)
+            return self._try(node, depth, rest, fresh=False)
         inner = self.catcher(rest, node, depth)
         if field.startswith("handlers."):
-            handler = node.handlers[int(field.split(".")[1])]
+            handler = node.handlers[int(field.split(".")[1])]  # type: ignore[attr-defined]
             if handler.name:
                 unbind = ast.Delete(targets=[ast.Name(id=handler.name, ctx=ast.Del())])
                 forget = [_assign(handler.name, _none()), unbind]
                 inner = _at([ast.Try(body=inner or [ast.Pass()], handlers=[], orelse=[], finalbody=forget)], handler)
-        if not node.finalbody:
+        if not node.finalbody:  # type: ignore[attr-defined]
             return inner
-        return self._disarmable(inner or _at([ast.Pass()], node), self.block(node.finalbody, depth), node)
+        k = final_number(node)
+        final = self.block(node.finalbody, depth)  # type: ignore[attr-defined]
+        pending = _at([ast.If(test=_is(f"@fp{k}"), body=[_assign(f"@fp{k}", _call("pending", _name(f"@fx{k}")))],
+                              orelse=[])], node)
+        return self._disarmable(inner or _at([ast.Pass()], node), pending + final, node)
+
+    def _resumed_final(self, node: ast.stmt, rest: list[ast.stmt], depth: _Depth) -> list[ast.stmt]:
+        """The rest of a running `finally` clause, then what it was finishing: a pending exception
+        is raised again, a pending `return` returns its value, a `break` or `continue` goes on."""
+        k = f"@fp{final_number(node)}"
+        kind = ast.Subscript(value=_name(k), slice=ast.Constant(0), ctx=ast.Load())
+        value = ast.Subscript(value=_name(k), slice=ast.Constant(1), ctx=ast.Load())
+
+        def when(word: str, then: ast.stmt) -> ast.stmt:
+            test = ast.Compare(left=kind, ops=[ast.Eq()], comparators=[ast.Constant(word)])
+            return ast.If(test=test, body=[then], orelse=[])
+
+        finish = [when("raise", ast.Raise(exc=value)), when("return", ast.Return(value=value))]
+        if depth.in_loop:
+            finish += [when("break", ast.Break()), when("continue", ast.Continue())]
+        return rest + _at([ast.If(test=_is(k, negate=True), body=finish, orelse=[])], node)

@@ -46,12 +46,13 @@ def parse_function(source: str, first_lineno: int, name: str | None = None) -> a
 
 
 def normalize(fdef: ast.FunctionDef) -> ast.FunctionDef:
-    """Drop the decorators (they were already applied) and split `with a, b:` into nested withs.
+    """Split `with a, b:` into nested withs.
 
     Nested single-item `with` statements behave exactly as one multi-item statement, and give each
-    context manager its own place to resume in.
+    context manager its own place to resume in. The decorators stay in the tree: compiled inside
+    a factory that never runs, they are never applied again, and they make the code start on the
+    first decorator's line, as the original's did (`inspect.getsource` reads from there).
     """
-    fdef.decorator_list = []
     splitter = _SplitWith()
     fdef.body = [splitter.visit(statement) for statement in fdef.body]
     return fdef

@@ -1,12 +1,33 @@
-"""Validating a surgery and finding where, in the new source, the interrupted run resumes."""
+"""The one validation of a surgery, and where in the new source the interrupted run resumes.
+
+The rule (used by the runtime, the console and the repair bot's client alike):
+
+A surgery is the whole new `def` of the vaccinated function. It is accepted when it parses,
+defines one plain function (not a generator or coroutine: no `yield`, no `await`) with the same
+name, parameters and default values, compiles, every name it reads is defined (assigned in the
+new function, a parameter, a closure variable, a module global or a builtin), and the run can
+resume in it: each compound statement the program is running inside (the enclosing loops,
+`with`, `try`, `if`, `match`) is still there with the same header — its body may change — and the
+block that crashed may be wrapped in a new `try` (the run resumes inside it). The run resumes at
+the new statement that corresponds to the faulty one, or at the first changed statement of the
+block that crashed when that comes before it (the fix is a line up).
+
+`SurgeryPlan.outside_block` tells whether the surgery also changes code outside the innermost
+block holding the faulty statement; the repair bot's suggestions need a person's approval for that.
+"""
 
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import difflib
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
 
-from daifu.core.blocks import HEADER_KINDS, Path, block_of, child_blocks
+from daifu.core.blocks import HEADER_KINDS, Path, block_of, child_blocks, node_at
+from daifu.core.rewrite import final_number
 from daifu.core.version import Version
 
 
@@ -14,8 +35,52 @@ class SurgeryRefused(Exception):
     """A surgery that cannot be applied; the message says exactly why. Nothing was changed."""
 
 
+@dataclass
+class SurgeryPlan:
+    """A validated surgery: the new version, where the run resumes in it, and what it carries over.
+
+    same: the resume point is the faulty statement's own counterpart (not a changed statement).
+    finals: the `try ... finally` statements the run is inside, old number to new number, whose
+        state (`@fxK`, `@fpK`) the resumed run carries over.
+    """
+
+    version: Version
+    path: Path
+    same: bool
+    outside_block: bool
+    finals: dict[int, int] = field(default_factory=dict)
+
+    def carry(self, namespace: dict[str, Any]) -> None:
+        """Move the state of the enclosing `try ... finally` statements to their new numbers."""
+        kept = {new: (namespace.get(f"@fx{old}"), namespace.get(f"@fp{old}")) for old, new in self.finals.items()}
+        for name in [n for n in namespace if n.startswith(("@fx", "@fp"))]:
+            del namespace[name]
+        for k in range(self.version.scope.finals):
+            namespace[f"@fx{k}"], namespace[f"@fp{k}"] = kept.get(k, (None, None))
+
+
+def plan_surgery(old: Version, new: Version, path: Path, known: Collection[str]) -> SurgeryPlan:
+    """Validate the new version `new` of a run interrupted at `path` of `old`; `SurgeryRefused` if not.
+
+    `known`: the names the function reads from outside (its module's globals, its closure variables).
+    """
+    check_same_signature(old.fdef, new.fdef)
+    new_path, same, finals = resume_path(old, new, path)
+    body_only = copy.copy(new.fdef)
+    body_only.decorator_list = []  # a surgery's decorators are not applied: the function keeps its own
+    unknown = sorted(unknown_names(body_only, known))
+    if unknown:
+        names = ", ".join(repr(n) for n in unknown)
+        raise SurgeryRefused(
+            f"the new source reads {names}, which nothing defines (not assigned in the new function, "
+            "not a parameter, a module global or a builtin)"
+        )
+    line = node_at(old.fdef, path).lineno
+    return SurgeryPlan(new, new_path, same, bool(outside_block(old.fdef, new.fdef, line)), finals)
+
+
 def check_same_signature(old: ast.FunctionDef, new: ast.FunctionDef) -> None:
-    """Refuse a new source that renames the function or changes its parameters."""
+    """Refuse a new source that renames the function or changes its parameters or defaults."""
     if new.name != old.name:
         raise SurgeryRefused(f"the new source renames the function from {old.name!r} to {new.name!r}")
     if _parameters(old.args) != _parameters(new.args):
@@ -46,18 +111,62 @@ def _signature(args: ast.arguments) -> str:
     return ast.unparse(ast.arguments(**{**args.__dict__, "defaults": [], "kw_defaults": [None] * len(args.kwonlyargs)}))
 
 
+# -- names -------------------------------------------------------------------------------------
+
+
+def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
+    """Names `node` reads that it never binds and that are neither in `names` nor builtins.
+
+    Judged on the new code alone: a local the new function no longer assigns is unknown even if
+    the crashed frame still holds a stale value of that name.
+    """
+    bound: set[str] = set()
+    loaded: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            (loaded if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+        elif isinstance(n, ast.arg):
+            bound.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            bound.add(n.name)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            bound.update(n.names)
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+            bound.add(n.name)
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            bound.add(n.rest)
+    return loaded - bound - set(names) - set(dir(builtins)) - {"__class__"}
+
+
+# -- where the run resumes ---------------------------------------------------------------------
+
+
 def _header_key(node: ast.stmt) -> str:
     """A statement's kind and header, without the statements of its blocks."""
     shallow = copy.copy(node)
-    for field, _block in child_blocks(node):
-        if field.startswith(("handlers.", "cases.")):
+    for name, _block in child_blocks(node):
+        if name.startswith(("handlers.", "cases.")):
             continue
-        setattr(shallow, field, [])
+        setattr(shallow, name, [])
     if isinstance(node, ast.Match):
         shallow.cases = [ast.match_case(pattern=c.pattern, guard=c.guard, body=[]) for c in node.cases]
     if hasattr(node, "handlers"):
         shallow.handlers = [ast.ExceptHandler(type=h.type, name=h.name, body=[]) for h in node.handlers]
     return ast.dump(shallow)
+
+
+def _is_try(node: ast.stmt) -> bool:
+    return type(node).__name__ in ("Try", "TryStar")
+
+
+def _contains(block: list[ast.stmt], wanted: set[str], key: Any) -> bool:
+    """Whether `block`, or the body of a `try` in it (at any depth of `try`s), holds a statement
+    whose key is in `wanted`."""
+    return any(key(s) in wanted or (_is_try(s) and _contains(s.body, wanted, key)) for s in block)  # type: ignore[attr-defined]
 
 
 def _map_index(old_keys: list[str], new_keys: list[str], index: int) -> int | None:
@@ -68,49 +177,150 @@ def _map_index(old_keys: list[str], new_keys: list[str], index: int) -> int | No
     return None
 
 
-def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool]:
+def _unwrap(old_block: list[ast.stmt], new_block: list[ast.stmt], wanted: set[str], key: Any) -> tuple[list[Any], list[ast.stmt]]:
+    """Descend into new `try` statements that wrap the statements `wanted` (by `key`).
+
+    Returns the path steps into the wrappers and the innermost wrapped block (`new_block` itself
+    when nothing wraps them). A wrapper is a `try` that the old block did not have.
+    """
+    steps: list[Any] = []
+    old_keys = {key(s) for s in old_block}
+    while not any(key(s) in wanted for s in new_block):
+        wrappers = [
+            j for j, s in enumerate(new_block)
+            if _is_try(s) and key(s) not in old_keys and _contains(s.body, wanted, key)  # type: ignore[attr-defined]
+        ]
+        if len(wrappers) != 1:
+            break
+        steps += [wrappers[0], "body"]
+        new_block = new_block[wrappers[0]].body  # type: ignore[attr-defined]
+    return steps, new_block
+
+
+def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dict[int, int]]:
     """The path in `new` where a run interrupted at `path` of `old` resumes.
 
-    Enclosing compound statements are matched by kind and header; the one holding the crash must
-    still be there. In the block that crashed, execution resumes at the first statement the
-    surgery changed, when that is at or before the faulty one (the bug was a line up), else at the
-    faulty statement's counterpart. Returns the path and whether it is the faulty statement's own
-    counterpart (False: a changed statement, to be run from its start).
+    Returns the path, whether it is the faulty statement's own counterpart (False: a changed
+    statement, to be run from its start), and the enclosing `try ... finally` statements' numbers
+    (old to new).
     """
     old_block: list[ast.stmt] = old.fdef.body
     new_block: list[ast.stmt] = new.fdef.body
-    new_path: list[object] = []
+    new_path: list[Any] = []
+    finals: dict[int, int] = {}
     for level in range(0, len(path) - 1, 2):
-        index, field = path[level], path[level + 1]
+        index, field_name = path[level], path[level + 1]
         old_node = old_block[index]
+        steps, new_block = _unwrap(old_block, new_block, {_header_key(old_node)}, _header_key)
+        new_path += steps
         mapped = _map_index([_header_key(s) for s in old_block], [_header_key(s) for s in new_block], index)
         new_node = new_block[mapped] if mapped is not None else None
-        if new_node is None or type(new_node) is not type(old_node) or not _same_target(old_node, new_node):
-            kind = HEADER_KINDS.get(type(old_node), type(old_node).__name__.lower())
-            raise SurgeryRefused(
-                f"the new source changes the enclosing `{kind}` statement at line {old_node.lineno}, "
-                "inside which the program is running; change only the block that crashed"
-            )
+        if new_node is None or _header_key(new_node) != _header_key(old_node):
+            raise SurgeryRefused(_changed_enclosing(old_node, new_block))
+        if getattr(old_node, "finalbody", None) and getattr(new_node, "finalbody", None):
+            finals[final_number(old_node)] = final_number(new_node)
         try:
-            old_block, new_block = block_of(old_node, field), block_of(new_node, field)
+            old_block, new_block = block_of(old_node, field_name), block_of(new_node, field_name)
         except (KeyError, IndexError):
-            raise SurgeryRefused(
-                f"the new source removes the block of line {old_node.lineno} that is running"
-            ) from None
-        new_path += [mapped, field]
+            raise SurgeryRefused(f"the new source removes the block of line {old_node.lineno} that is running") from None
+        new_path += [mapped, field_name]
     index = path[-1]
+    steps, new_block = _unwrap(old_block, new_block, {ast.dump(s) for s in old_block}, ast.dump)
+    new_path += steps
     old_dumps = [ast.dump(s) for s in old_block]
     new_dumps = [ast.dump(s) for s in new_block]
     matcher = difflib.SequenceMatcher(None, old_dumps, new_dumps, autojunk=False)
     for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
         if tag != "equal" and i1 <= index:
-            return tuple(new_path + [j1]), False
+            return tuple(new_path + [j1]), False, finals
         if tag == "equal" and i1 <= index < i2:
-            return tuple(new_path + [j1 + index - i1]), True
-    return tuple(new_path + [len(new_block)]), False
+            return tuple(new_path + [j1 + index - i1]), True, finals
+    return tuple(new_path + [len(new_block)]), False, finals
 
 
-def _same_target(old: ast.stmt, new: ast.stmt) -> bool:
-    if isinstance(old, ast.For):
-        return ast.dump(old.target) == ast.dump(new.target)  # type: ignore[attr-defined]
-    return True
+def _changed_enclosing(old_node: ast.stmt, new_block: list[ast.stmt]) -> str:
+    kind = HEADER_KINDS.get(type(old_node), type(old_node).__name__.lower())
+    wrapped = [s for s in new_block if not _is_try(s) and isinstance(s, (ast.With, ast.If, ast.For, ast.While))]
+    reason = (
+        f"the new source changes the header of the enclosing `{kind}` statement at line {old_node.lineno}, "
+        "inside which the program is running; change only the statements inside it"
+    )
+    if wrapped and len(new_block) < 3:
+        reason += " (only a new `try` may wrap the running block: the run cannot resume inside a statement it never entered)"
+    return reason
+
+
+# -- how wide a change is ----------------------------------------------------------------------
+
+_BLOCKS = (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try) + (
+    (ast.TryStar,) if hasattr(ast, "TryStar") else ()
+)
+"""Statements whose bodies are blocks; `if` and `match` bodies belong to the enclosing block."""
+
+
+def outside_block(old: ast.AST, new: ast.AST, line: int) -> list[str]:
+    """Why the change reaches beyond the innermost block (loop, with, try, body) holding file line
+    `line` (empty when it does not)."""
+    owner_path, key = _block_at(old, line)
+    old_rest, new_rest = copy.deepcopy(old), copy.deepcopy(new)
+    old_owner, new_owner = _follow(old_rest, owner_path), _follow(new_rest, owner_path)
+    wide = [f"the surgery changes code outside the block that contains line {line} (a wider change needs a person's approval)"]
+    if new_owner is None or old_owner is None or type(new_owner) is not type(old_owner):
+        return wide
+    _set_list(old_owner, key, [])
+    _set_list(new_owner, key, [])
+    for tree in (old_rest, new_rest):
+        tree.decorator_list = []  # type: ignore[attr-defined]
+    return [] if ast.dump(old_rest) == ast.dump(new_rest) else wide
+
+
+def _lists(node: ast.AST) -> list[tuple[str, list[ast.stmt]]]:
+    """The statement lists directly inside `node`, each under a key `_follow` understands."""
+    found = [
+        (f, getattr(node, f))
+        for f in ("body", "orelse", "finalbody")
+        if isinstance(getattr(node, f, None), list) and getattr(node, f) and isinstance(getattr(node, f)[0], ast.stmt)
+    ]
+    found += [(f"handlers.{i}", h.body) for i, h in enumerate(getattr(node, "handlers", None) or [])]
+    found += [(f"cases.{i}", c.body) for i, c in enumerate(getattr(node, "cases", None) or [])]
+    return found
+
+
+def _block_at(func: ast.AST, line: int) -> tuple[list[tuple[str, int]], str]:
+    """The path to the owner of the innermost block holding `line`, and that block's key."""
+    path: list[tuple[str, int]] = []
+    owner: tuple[list[tuple[str, int]], str] = ([], "body")
+    node = func
+    while True:
+        for key, items in _lists(node):
+            hit = next((i for i, s in enumerate(items) if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+            if hit is not None:
+                if node is func or isinstance(node, _BLOCKS):
+                    owner = (list(path), key)
+                path.append((key, hit))
+                node = items[hit]
+                break
+        else:
+            return owner
+
+
+def _get_list(node: ast.AST, key: str) -> list[ast.stmt] | None:
+    name, _, index = key.partition(".")
+    value = getattr(node, name, None)
+    if index:
+        value = value[int(index)].body if isinstance(value, list) and int(index) < len(value) else None
+    return value if isinstance(value, list) else None
+
+
+def _set_list(node: ast.AST, key: str, value: list[ast.stmt]) -> None:
+    name, _, index = key.partition(".")
+    setattr(getattr(node, name)[int(index)] if index else node, "body" if index else name, value)
+
+
+def _follow(node: ast.AST, path: list[tuple[str, int]]) -> ast.AST | None:
+    for key, index in path:
+        items = _get_list(node, key)
+        if items is None or index >= len(items):
+            return None
+        node = items[index]
+    return node

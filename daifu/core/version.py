@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ast
+import inspect
 from dataclasses import dataclass
 from functools import cached_property
 from types import CodeType
 
-from daifu.core.blocks import COMPOUND, annotate, child_blocks
+from daifu.core.blocks import annotate, child_blocks
 from daifu.core.compiling import compile_definition
-from daifu.core.rewrite import Rewriter, Scope
+from daifu.core.rewrite import Rewriter, Scope, number_finals
 from daifu.core.source import normalize, parse_function
 
 
@@ -28,11 +29,17 @@ class Version:
     scope: Scope
     fast_code: CodeType
     plain_code: CodeType
+    runtime: object = None
 
     @cached_property
     def rewriter(self) -> Rewriter:
         """The rewriter of this version, which caches what all its continuations share."""
         return Rewriter(self.scope)
+
+    @cached_property
+    def trial_rewriter(self) -> Rewriter:
+        """The rewriter of this version's trial continuations (see `daifu.core.trial`)."""
+        return Rewriter(self.scope, trial=True)
 
     @cached_property
     def lines(self) -> list[str]:
@@ -77,25 +84,44 @@ def _depths(block: list[ast.stmt], loops: int = 0, withs: int = 0) -> tuple[int,
 
 
 def build_version(
-    number: int, source: str, first_lineno: int, filename: str, flags: int, free_names: tuple[str, ...]
+    number: int,
+    source: str,
+    first_lineno: int,
+    filename: str,
+    flags: int,
+    free_names: tuple[str, ...],
+    runtime: object = None,
 ) -> Version:
-    """Parse, check and compile one source of the function; raises SyntaxError/ValueError if bad."""
+    """Parse, check and compile one source of the function; raises SyntaxError/ValueError if bad.
+
+    `free_names` are the original function's free variables: the fast path has exactly those, so
+    it can replace the original's code in place. `runtime` is what its `@rt` stands for.
+    """
     fdef = normalize(parse_function(source, first_lineno))
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise ValueError("the source defines an async function")
     annotate(fdef)
     plain_code = compile_definition(fdef, filename, flags, free_names)
+    if plain_code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        raise ValueError("the source defines a generator (it uses `yield` or `await`)")
     statements = _walk_function(fdef)
     declared = tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
-    cells = set(plain_code.co_cellvars) | {n for n in free_names if n != "@rt"}
+    cells = set(plain_code.co_cellvars) | set(free_names)
+    finals = number_finals(statements)
     loops, withs = _depths(fdef.body)
-    internal = ("@call",) + tuple(f"@it{d}" for d in range(loops)) + tuple(f"@cm{d}" for d in range(withs))
+    internal = (
+        ("@call",)
+        + tuple(f"@it{d}" for d in range(loops))
+        + tuple(f"@cm{d}" for d in range(withs))
+        + tuple(name for k in range(finals) for name in (f"@fx{k}", f"@fp{k}"))
+    )
     scope = Scope(
         cell_names=tuple(sorted(cells)),
+        own_cells=tuple(sorted(set(plain_code.co_cellvars) - {"__class__"})),
         plain_locals=tuple(n for n in plain_code.co_varnames if n not in cells) + internal,
         declared=declared,
-        has_finally=any(isinstance(s, COMPOUND) and getattr(s, "finalbody", None) for s in statements),
+        finals=finals,
     )
     fast = Rewriter(scope).fast_path(fdef)
-    fast_code = compile_definition(fast, filename, flags, ("@rt",) + tuple(n for n in free_names if n != "@rt"))
-    return Version(number, source, first_lineno, fdef, scope, fast_code, plain_code)
+    fast_code = compile_definition(fast, filename, flags, free_names, runtime)
+    return Version(number, source, first_lineno, fdef, scope, fast_code, plain_code, runtime)

@@ -15,9 +15,10 @@ import re
 import sys
 import textwrap
 
-from loguru import logger
 
 from daifu.decide.botclient import BotAnswer, ask_bot
+from daifu.say import say
+from daifu.store import record
 from daifu.config import Settings
 from daifu.core.crash import Crash
 from daifu.core.decisions import Action, Decision, Retry, Skip, Surgery
@@ -150,6 +151,8 @@ def _record(
 ) -> None:
     """Append the bot's answer to the workspace; a failure to write never costs the run."""
     entry = {
+        "repair": record.current_number(),
+        "pid": os.getpid(),
         "fingerprint": fingerprint(report),
         "function": report.function.qualname,
         "line": report.function.lineno,
@@ -164,7 +167,7 @@ def _record(
     }
     try:
         os.makedirs(settings.workspace, exist_ok=True)
-        with open(os.path.join(settings.workspace, RECORD_NAME), "a", encoding="utf-8") as record:
-            record.write(json.dumps(entry) + "\n")
+        with open(os.path.join(settings.workspace, RECORD_NAME), "a", encoding="utf-8") as stream:
+            stream.write(json.dumps(entry) + "\n")
     except OSError as error:
-        logger.warning("Could not record the repair bot's suggestions in {}: {}", settings.workspace, error)
+        say(f"could not record the repair bot's suggestions in {settings.workspace}: {error}")

@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 
 import httpx
-from loguru import logger
 from pydantic import ValidationError
 
+from daifu.say import say
 from repairbot.protocol import CrashReport
 from repairbot.protocol import Diagnosis, SuggestResponse, Suggestion
 
@@ -44,7 +44,7 @@ def ask_bot(report: CrashReport, url: str | None, timeout: float = DEFAULT_TIMEO
         reply = _post(report, url, timeout)
     except (httpx.HTTPError, ValueError) as error:  # ValueError: a reply that is not our JSON
         warning = f"The repair bot at {url} failed ({_describe(error)}); using the embedded rules engine instead."
-        logger.warning(warning)
+        say(warning)
         answer = _in_process(report)
         answer.fallback_reason, answer.warning = warning, warning
         return answer

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daifu import plays
+from daifu.core import decisions
 from daifu.store import record
 from daifu.store import workspace
 from daifu.core.crash import Crash
 from daifu.core.decisions import Decision
+from daifu.say import say
+from daifu.state import RUN
 
 FORMAT = 1
-_warned: set[Path] = set()
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def save(crash: Crash, number: int, taken: list[Decision]) -> Path:
         "statement": crash.statement,
         "exception_type": crash.exception_type,
         "exception_repr": repr(crash.exception),
-        "plays": [plays.to_data(decision) for decision in taken],
+        "plays": [decisions.to_data(decision) for decision in taken],
         "pid": os.getpid(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -71,10 +72,21 @@ def lookup(crash: Crash) -> Match | None:
         if not isinstance(stored, list) or len(crash.tried) >= len(stored):
             return None
         try:
-            return Match(plays.from_data(stored[len(crash.tried)]), path)
-        except plays.BadPlay as bad:
+            return Match(decisions.from_data(stored[len(crash.tried)]), path)
+        except decisions.BadDecision as bad:
             _warn_once(path, str(bad))
     return None
+
+
+def decide(crash: Crash) -> Decision | None:
+    """The broadcast play for `crash`, said on the terminal and in the record; `None` if none matches."""
+    match = lookup(crash)
+    if match is None:
+        return None
+    play = decisions.play_name(match.decision)
+    say(f"{crash.exception_type} at {crash.filename}:{crash.lineno}: applying {play} from the broadcast {match.path}")
+    record.note(f"Repair {record.current_number()}: {play} applied from the broadcast {match.path}")
+    return match.decision
 
 
 def _broadcast_files() -> list[Path]:
@@ -105,7 +117,6 @@ def _same_crash(data: dict[str, Any], crash: Crash) -> bool:
 
 
 def _warn_once(path: Path, problem: str) -> None:
-    if path not in _warned:
-        _warned.add(path)
+    if RUN.first_time(f"broadcast {path}"):
         warnings.warn(f"DaiFu ignores the broadcast file {path}: {problem}", RuntimeWarning, 3)
         record.note(f"broadcast file {path} ignored: {problem}")

@@ -28,35 +28,18 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
 from typing import Any
 from collections.abc import Callable
 
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+from daifu.core import decisions
+from daifu.core.decisions import Decision, Raise
+from daifu.decide.chain import DecidedBy
+from daifu.ranks import leader
+from daifu.say import say
+from daifu.state import RUN
 
-_KINDS = {"Retry": Retry, "Skip": Skip, "Raise": Raise, "Action": Action, "Surgery": Surgery}
-_occurrences: Counter[str] = Counter()
 _lock = threading.Lock()
-
-
-def active() -> bool:
-    """Whether this process is one rank of an initialised, multi-rank process group."""
-    dist = sys.modules.get("torch.distributed")
-    return bool(dist and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
-
-
-def rank() -> int | None:
-    """This process's rank, when it runs under torch.distributed or a launcher that sets `RANK`."""
-    if active():
-        return int(sys.modules["torch.distributed"].get_rank())
-    value = os.environ.get("RANK")
-    return int(value) if value and value.isdigit() and int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
-
-
-def leader() -> int:
-    """The rank that decides shared crashes and may open the console."""
-    return int(os.environ.get("DAIFU_DIST_LEADER", "0"))
 
 
 def _seconds(variable: str, default: float) -> float:
@@ -67,27 +50,26 @@ def _seconds(variable: str, default: float) -> float:
 
 
 def encode(decision: Decision) -> str:
-    """A decision as JSON: its kind and code. Decoding one never runs code."""
-    code = getattr(decision, "source", None) or getattr(decision, "code", None)
-    return json.dumps({"kind": type(decision).__name__, "code": code})
+    """A decision as JSON (`daifu.core.decisions.to_data`). Decoding one never runs code."""
+    return json.dumps(decisions.to_data(decision))
 
 
 def decode(text: str | bytes) -> Decision:
     """The decision `encode` wrote."""
-    item = json.loads(text)
-    kind = _KINDS[item["kind"]]
-    return kind(item["code"]) if kind in (Action, Surgery) else kind()
+    return decisions.from_data(json.loads(text))
 
 
 def _key(crash: Crash) -> str:
     identity = f"{crash.qualname}:{crash.lineno}:{crash.exception_type}"
     fingerprint = hashlib.sha1(identity.encode()).hexdigest()[:16]
     with _lock:
-        _occurrences[fingerprint] += 1
-        return f"daifu/{fingerprint}/{_occurrences[fingerprint]}"
+        RUN.occurrences[fingerprint] += 1
+        return f"daifu/{fingerprint}/{RUN.occurrences[fingerprint]}"
 
 
-def coordinate(crash: Crash, decide_here: Callable[[Crash, bool], tuple[Decision, str]]) -> tuple[Decision, str]:
+def coordinate(
+    crash: Crash, decide_here: Callable[[Crash, bool], tuple[Decision, DecidedBy]]
+) -> tuple[Decision, DecidedBy]:
     """The decision for `crash`, shared with the ranks that meet the same crash.
 
     `decide_here(crash, console_allowed)` takes a decision in this process.
@@ -103,8 +85,9 @@ def coordinate(crash: Crash, decide_here: Callable[[Crash, bool], tuple[Decision
     if not _wait_for(store, f"{key}/deciding", _seconds("DAIFU_DIST_GRACE", 5.0)):
         return decide_here(crash, False)
     if not _wait_for(store, f"{key}/decision", _seconds("DAIFU_DIST_DECISION_TIMEOUT", 1800.0)):
-        return Raise(), f"rank {leader()} (no decision in time)"
-    return decode(store.get(f"{key}/decision")), f"rank {leader()}"
+        say(f"rank {leader()} took no decision on {crash.exception_type} at {crash.filename}:{crash.lineno} in time")
+        return Raise(), DecidedBy.LEADER
+    return decode(store.get(f"{key}/decision")), DecidedBy.LEADER
 
 
 def _wait_for(store: Any, key: str, seconds: float) -> bool:

@@ -13,20 +13,23 @@ time. Two records are understood:
 One decision answers one offer of a crash, so the plays of a list are given one per offer: the
 next play answers the same crash when the runtime refused the previous one or the crash recurred
 at once. When the run departs from the record, the replay stops, says why (a warning and a record
-line), and every later crash goes to the console (at a terminal) or raises.
+line), and every later crash goes on down the decision chain (the console at a terminal, else it
+raises).
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from daifu import config, plays
-from daifu.store import record
+from daifu import config
+from daifu.core import decisions
+from daifu.say import say
+from daifu.state import RUN
+from daifu.store import record, repairs
 from daifu.store import workspace
 from daifu.config import Settings
 from daifu.core.crash import Crash
@@ -60,16 +63,16 @@ class Step:
         )
 
     def decision(self, index: int, crash: Crash) -> Decision:
-        """Play `index` of this step as a decision; `plays.BadPlay` or `OSError` when it cannot be read."""
+        """Play `index` of this step as a decision; `decisions.BadDecision` or `OSError` when it cannot be read."""
         name = self.names[index]
         if self.codes is not None:
-            return plays.to_decision(name, self.codes[index])
+            return decisions.from_play(name, self.codes[index])
         if name not in ("Surgery", "Action"):
-            return plays.to_decision(name, None)
+            return decisions.from_play(name, None)
         path = (workspace.surgery_file if name == "Surgery" else workspace.action_file)(
             self.number, crash.function_name
         )
-        return plays.to_decision(name, path.read_text(encoding="utf-8"))
+        return decisions.from_play(name, path.read_text(encoding="utf-8"))
 
 
 class Stopped(Exception):
@@ -95,7 +98,7 @@ class Replay:
         step = self._continuing(crash) or self._next_step(crash)
         try:
             decision = step.decision(self.used, crash)
-        except (plays.BadPlay, OSError) as error:
+        except (decisions.BadDecision, OSError) as error:
             raise Stopped(f"repair {step.number} cannot be replayed: {error}") from None
         self.used += 1
         return decision
@@ -120,29 +123,25 @@ class Replay:
 
 
 _lock = threading.Lock()
-_session: list[Replay] = []
 
 
 def decide(crash: Crash, settings: Settings) -> Decision | None:
-    """The next recorded decision; once the run departs from the record, the console or `None` (raise)."""
+    """The next recorded decision; `None` once the run departed from the record (the chain goes on)."""
     with _lock:
-        replay = _session[0] if _session else _start(settings)
-        if not replay.stopped:
-            try:
-                decision = replay.answer(crash)
-            except Stopped as stop:
-                replay.stopped = True
-                _say_stopped(str(stop))
-            else:
-                print(
-                    f"DaiFu replay: {record.play_name(decision)} for {crash.exception_type} in "
-                    f"{crash.qualname} line {crash.lineno}",
-                    file=sys.stderr,
-                )
-                return decision
-    from daifu.console import session as console  # imported late: console imports pdb, which a replay rarely needs
-
-    return console.decide(crash, settings)
+        replay = RUN.replay if RUN.replay is not None else _start(settings)
+        if replay.stopped:
+            return None
+        try:
+            decision = replay.answer(crash)
+        except Stopped as stop:
+            replay.stopped = True
+            _say_stopped(str(stop))
+            return None
+    say(
+        f"replay: {decisions.play_name(decision)} for {crash.exception_type} in "
+        f"{crash.qualname} line {crash.lineno}"
+    )
+    return decision
 
 
 def _start(settings: Settings) -> Replay:
@@ -153,7 +152,7 @@ def _start(settings: Settings) -> Replay:
         _say_stopped(str(stop))
         replay = Replay([], "")
         replay.stopped = True
-    _session.append(replay)
+    RUN.replay = replay
     return replay
 
 
@@ -164,18 +163,18 @@ def _seed_steps(repeat: Any) -> tuple[list[Step], str]:
     steps = []
     for number, element in enumerate(repeat, 1):
         names = tuple(element) if isinstance(element, (list, tuple)) else (element,)
-        unknown = [name for name in names if name not in plays.NAMES]
+        unknown = [name for name in names if name not in decisions.REPLAYABLE]
         if unknown or not names:
-            raise Stopped(f"REPEAT_ACTIONS[{number - 1}] is {element!r}; plays are {', '.join(plays.NAMES)}")
+            raise Stopped(f"REPEAT_ACTIONS[{number - 1}] is {element!r}; plays are {', '.join(decisions.REPLAYABLE)}")
         steps.append(Step(number, names))
     return steps, "REPEAT_ACTIONS"
 
 
 def _record_steps(settings: Settings) -> tuple[list[Step], str]:
     """Steps of the last recorded run in `repairs.jsonl` that was not itself a pure replay."""
-    path = settings.workspace / record.REPAIRS_FILE
+    path = settings.workspace / repairs.REPAIRS_FILE
     try:
-        entries = record.load(path)
+        entries = repairs.load(path)
     except OSError as error:
         raise Stopped(f"there is no record to replay: {error}") from None
     except ValueError as error:

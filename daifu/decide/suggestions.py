@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ast
 import builtins
-import copy
 import textwrap
 from dataclasses import dataclass
 from collections.abc import Collection, Iterator
 
+from daifu.core.surgery import outside_block, unknown_names
 from repairbot.protocol import FunctionInfo
 
 
@@ -61,7 +61,7 @@ def check_surgery(
     except SyntaxError as error:
         reasons.append(f"the surgery does not compile: {error.msg}")
     if not allow_wide and not reasons:
-        reasons += _outside_block(old, new, function.lineno - function.first_lineno + 1)
+        reasons += outside_block(old, new, function.lineno - function.first_lineno + 1)
     if names is not None:
         reasons += [f"the surgery uses {n!r}, which is not defined" for n in sorted(unknown_names(new, names))]
     return Verdict(tuple(reasons))
@@ -96,100 +96,6 @@ def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     names += ["*" + a.vararg.arg] if a.vararg else (["*"] if a.kwonlyargs else [])
     names += [p.arg for p in a.kwonlyargs] + (["**" + a.kwarg.arg] if a.kwarg else [])
     return names
-
-
-_BLOCKS = (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar)
-"""Statements whose bodies are blocks; `if` and `match` bodies belong to the enclosing block."""
-
-
-def _outside_block(old: ast.AST, new: ast.AST, line: int) -> list[str]:
-    """Reasons the change reaches beyond the innermost block (loop, with, try, body) holding `line`."""
-    owner_path, key = _block_at(old, line)
-    old_rest, new_rest = copy.deepcopy(old), copy.deepcopy(new)
-    old_owner, new_owner = _follow(old_rest, owner_path), _follow(new_rest, owner_path)
-    if new_owner is None or old_owner is None or type(new_owner) is not type(old_owner):
-        return [_WIDE.format(line=line)]
-    _set_list(old_owner, key, [])
-    _set_list(new_owner, key, [])
-    return [] if ast.dump(old_rest) == ast.dump(new_rest) else [_WIDE.format(line=line)]
-
-
-_WIDE = (
-    "the surgery changes code outside the block that contains line {line} of the function "
-    "(approve a wider change to apply it)"
-)
-
-
-def _lists(node: ast.AST) -> list[tuple[str, list[ast.stmt]]]:
-    """The statement lists directly inside `node`, each under a key `_follow` understands."""
-    found = [
-        (f, getattr(node, f))
-        for f in ("body", "orelse", "finalbody")
-        if isinstance(getattr(node, f, None), list) and getattr(node, f) and isinstance(getattr(node, f)[0], ast.stmt)
-    ]
-    found += [(f"handlers.{i}", h.body) for i, h in enumerate(getattr(node, "handlers", None) or [])]
-    found += [(f"cases.{i}", c.body) for i, c in enumerate(getattr(node, "cases", None) or [])]
-    return found
-
-
-def _block_at(func: ast.AST, line: int) -> tuple[list[tuple[str, int]], str]:
-    """The path to the owner of the innermost block holding `line`, and that block's key."""
-    path: list[tuple[str, int]] = []
-    owner: tuple[list[tuple[str, int]], str] = ([], "body")
-    node = func
-    while True:
-        for key, items in _lists(node):
-            hit = next((i for i, s in enumerate(items) if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
-            if hit is not None:
-                if node is func or isinstance(node, _BLOCKS):
-                    owner = (list(path), key)
-                path.append((key, hit))
-                node = items[hit]
-                break
-        else:
-            return owner
-
-
-def _get_list(node: ast.AST, key: str) -> list[ast.stmt] | None:
-    field, _, index = key.partition(".")
-    value = getattr(node, field, None)
-    if index:
-        value = value[int(index)].body if isinstance(value, list) and int(index) < len(value) else None
-    return value if isinstance(value, list) else None
-
-
-def _set_list(node: ast.AST, key: str, value: list[ast.stmt]) -> None:
-    field, _, index = key.partition(".")
-    setattr(getattr(node, field)[int(index)] if index else node, "body" if index else field, value)
-
-
-def _follow(node: ast.AST, path: list[tuple[str, int]]) -> ast.AST | None:
-    for key, index in path:
-        items = _get_list(node, key)
-        if items is None or index >= len(items):
-            return None
-        node = items[index]
-    return node
-
-
-def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
-    """Names `node` loads that it never binds and that are neither in `names` nor builtins."""
-    bound: set[str] = set()
-    loaded: set[str] = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name):
-            (loaded if isinstance(n.ctx, ast.Load) else bound).add(n.id)
-        elif isinstance(n, ast.arg):
-            bound.add(n.arg)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(n.name)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            bound.update((a.asname or a.name).split(".")[0] for a in n.names)
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            bound.add(n.name)
-        elif isinstance(n, (ast.Global, ast.Nonlocal)):
-            bound.update(n.names)
-    return loaded - bound - set(names) - set(dir(builtins))
 
 
 _FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "breakpoint", "input"}

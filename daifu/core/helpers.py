@@ -1,0 +1,53 @@
+"""`Helpers`: the one object generated code reaches as `@rt` (pytest's `@pytest_ar` habit).
+
+It is a constant of each compiled code object (see `daifu.core.compiling`), so the vaccinated
+function needs no closure cell and no global of its own. Everything generated code calls is an
+attribute here, looked up on this object so that a user's global named `iter` or `isinstance`
+never changes what the generated code does.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from daifu.core import trial
+from daifu.core.guard import Guard, Handover
+
+
+class Helpers:
+    """What the generated code of one vaccinated function calls.
+
+    crash: `Vaccine.crash`, called by a catcher with the exception (and a lambda returning the
+        frame's cells); returns to let the exception go on, or raises a `Handover`.
+    """
+
+    __slots__ = ("crash",)
+
+    Exception = Exception
+    Handover = Handover
+    guard = Guard
+    iter = staticmethod(builtins.iter)
+    isinstance = staticmethod(builtins.isinstance)
+
+    def __init__(self, crash: Callable[..., None]) -> None:
+        self.crash = crash
+
+    @staticmethod
+    def handled() -> BaseException | None:
+        """The exception being handled around a `try ... finally`, as it starts."""
+        return sys.exc_info()[1]
+
+    @staticmethod
+    def pending(outside: BaseException | None) -> tuple[str, Any] | None:
+        """What a `finally` clause is finishing, as it starts: `("raise", error)` when an exception
+        other than the one handled around the `try` (`outside`) is on its way, else `None`."""
+        error = sys.exc_info()[1]
+        return None if error is None or error is outside else ("raise", error)
+
+    @staticmethod
+    def trial_end() -> None:
+        """The interrupted iteration of a trial is over (trial continuations only)."""
+        trial.iteration_over(sys._getframe(1))

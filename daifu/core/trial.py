@@ -1,0 +1,319 @@
+"""Trials: a candidate repair tried on a copy of the live run before it touches the real one.
+
+`run(decision, body, namespace, seconds)` forks the crashed process. The child (a copy-on-write
+copy: same objects, same data, same point in the program) installs the sandbox
+(`daifu.core.sandbox`), captures its output, and calls `body`, which carries the decision out
+through the runtime's own resume path with a *trial* continuation. The trial ends:
+
+- when the interrupted iteration of the innermost enclosing loop is over (the trial continuation
+  calls `iteration_over` there) or the function returns: *completed*;
+- at the first crash, vaccinated or not: *raised*, with the exception and the user's file:line;
+- at an effect the sandbox stops (a file write, a collective): *stopped at effect*; at an
+  attempt to start a process or open a connection: *dangerous*;
+- when the time budget runs out: the parent kills the child, *timed out*.
+
+At the end the child reads the run's health (`daifu.core.health`) and sends the verdict to the
+parent through a pipe, then leaves with `os._exit`: no `finally` clause, no `atexit` handler, no
+buffered output of the copy ever runs. The parent's state is never touched by a trial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import sysconfig
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from types import FrameType
+from typing import Any
+
+from daifu.core import health, sandbox
+
+_DAIFU = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_SECONDS = 5.0
+"""A trial's time budget unless configured (`DAIFU_TRIAL_SECONDS`)."""
+
+
+class Outcome(str, Enum):
+    """How a trial ended."""
+
+    COMPLETED = "completed"
+    STOPPED_AT_EFFECT = "stopped at effect"
+    RAISED = "raised"
+    TIMED_OUT = "timed out"
+    DANGEROUS = "dangerous"
+    UNAVAILABLE = "unavailable"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a trial found.
+
+    detail: the exception (`Type: message`), the effect stopped, or why there was no trial.
+    where: the user's file:line of a raised exception. nonfinite: where non-finite values appeared.
+    discarded: the trained state the repair threw away. losses_before/after: scalar losses (by
+    name) before the crash and at the end of the trial. output: the end of what the copy printed.
+    """
+
+    outcome: Outcome
+    seconds: float = 0.0
+    fork_ms: float = 0.0
+    detail: str = ""
+    where: str = ""
+    nonfinite: tuple[str, ...] = ()
+    discarded: tuple[str, ...] = ()
+    losses_before: Mapping[str, float] = field(default_factory=dict)
+    losses_after: Mapping[str, float] = field(default_factory=dict)
+    output: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        """It got through (or stopped only at an effect) with every value finite."""
+        return self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT) and not self.nonfinite
+
+    @property
+    def passed(self) -> bool:
+        """Healthy, and the trained state is still there: a repair automatic mode may apply."""
+        return self.healthy and not self.discarded
+
+    def describe(self) -> str:
+        """One line for a person: `trial: iteration finished in 84 ms, loss 2.31, state kept`."""
+        took = f"{self.seconds * 1000:.0f} ms"
+        if self.outcome is Outcome.COMPLETED:
+            head = f"iteration finished in {took}"
+        elif self.outcome is Outcome.STOPPED_AT_EFFECT:
+            head = f"ran {took} up to {self.detail} (stopped there, not done)"
+        elif self.outcome is Outcome.RAISED:
+            head = f"raised {self.detail}" + (f" at {self.where}" if self.where else "")
+        elif self.outcome is Outcome.TIMED_OUT:
+            head = f"still running after {took}: stopped"
+        elif self.outcome is Outcome.DANGEROUS:
+            head = f"tried {self.detail}: dangerous"
+        else:
+            head = f"{self.outcome}: {self.detail}"
+        parts = [head]
+        if self.losses_after:
+            parts.append(", ".join(f"{name} {value:.4g}" for name, value in self.losses_after.items()))
+        if self.nonfinite:
+            parts.append(f"non-finite values in {', '.join(self.nonfinite[:3])}")
+        if self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT, Outcome.RAISED):
+            parts.append(f"discards trained state: {'; '.join(self.discarded)}" if self.discarded else "state kept")
+        return "trial: " + ", ".join(parts)
+
+    def to_data(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        data["losses_before"], data["losses_after"] = dict(self.losses_before), dict(self.losses_after)
+        return data
+
+    @staticmethod
+    def from_data(data: Mapping[str, Any]) -> Verdict:
+        """The verdict `to_data` wrote (missing fields take their defaults)."""
+        known = {name: data[name] for name in Verdict.__dataclass_fields__ if name in data}
+        known["outcome"] = Outcome(known["outcome"])
+        for name in ("nonfinite", "discarded"):
+            known[name] = tuple(known.get(name, ()))
+        return Verdict(**known)
+
+
+def unavailable() -> str | None:
+    """Why trials cannot run in this process now, or `None` when they can."""
+    if os.environ.get("DAIFU_TRIALS", "").lower() in ("0", "off", "no", "false"):
+        return "trials are turned off (DAIFU_TRIALS=off)"
+    if not hasattr(os, "fork"):
+        return f"this platform ({sys.platform}) cannot fork a copy of the process"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return "CUDA is initialised in this process, and a CUDA context does not survive fork"
+    return sandbox.unavailable()
+
+
+def run(decision: Any, body: Callable[[], Any], namespace: Mapping[str, Any], seconds: float | None = None) -> Verdict:
+    """Try `decision` (carried out by `body`) in a sandboxed copy of this process."""
+    reason = unavailable()
+    if reason is not None:
+        return Verdict(Outcome.UNAVAILABLE, detail=reason)
+    budget = seconds if seconds is not None else _configured_seconds()
+    before = health.inventory(namespace)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    read_end, write_end = os.pipe()
+    capture = tempfile.TemporaryFile()
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork in a multi-threaded process
+        pid = os.fork()
+    if pid == 0:
+        _child(read_end, write_end, capture.fileno(), body, before, started)  # never returns
+    forked = time.perf_counter()
+    os.close(write_end)
+    try:
+        return _wait(pid, read_end, capture, started, (forked - started) * 1000, budget)
+    finally:
+        os.close(read_end)
+        capture.close()
+
+
+def _configured_seconds() -> float:
+    try:
+        return float(os.environ.get("DAIFU_TRIAL_SECONDS", DEFAULT_SECONDS))
+    except ValueError:
+        return DEFAULT_SECONDS
+
+
+def _wait(pid: int, pipe: int, capture: Any, started: float, fork_ms: float, budget: float) -> Verdict:
+    deadline = started + budget
+    received = b""
+    timed_out = False
+    try:
+        while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0 or not select.select([pipe], [], [], remaining)[0]:
+                timed_out = True
+                break
+            chunk = os.read(pipe, 1 << 16)
+            if not chunk:
+                break
+            received += chunk
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _, status = os.waitpid(pid, 0)
+    elapsed = time.perf_counter() - started
+    output = _tail(capture)
+    if received:
+        try:
+            data = json.loads(received.decode("utf-8", "replace"))
+            return Verdict.from_data({**data, "fork_ms": fork_ms, "output": output})
+        except (ValueError, KeyError, TypeError):
+            pass
+    if timed_out:
+        return Verdict(Outcome.TIMED_OUT, elapsed, fork_ms, detail=f"no verdict within {budget:g} s", output=output)
+    how = f"signal {-os.waitstatus_to_exitcode(status)}" if os.WIFSIGNALED(status) else f"status {os.waitstatus_to_exitcode(status)}"
+    return Verdict(Outcome.FAILED, elapsed, fork_ms, detail=f"the trial process ended with {how}", output=output)
+
+
+def _tail(capture: Any, limit: int = 2000) -> str:
+    try:
+        capture.seek(0, os.SEEK_END)
+        size = capture.tell()
+        capture.seek(max(0, size - limit))
+        return capture.read().decode("utf-8", "replace")  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        return ""
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Child:
+    """The state of the process a trial runs in."""
+
+    before: health.Inventory
+    started: float
+
+
+_CHILD: list[_Child] = []
+
+
+def active() -> bool:
+    """Whether this process is a trial's copy."""
+    return bool(_CHILD)
+
+
+def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any], before: health.Inventory,
+           started: float) -> None:
+    """The trial's copy of the process: sandbox, run, verdict, `os._exit`."""
+    try:
+        os.close(read_end)
+        os.dup2(write_end, 0)  # the verdict goes out on fd 0, the output to the capture on 1 and 2:
+        os.dup2(capture, 1)  # the sandbox lets a trial write to these three descriptors only
+        os.dup2(capture, 2)
+        os.close(write_end)
+        _CHILD.append(_Child(before, started))
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(1)  # an OpenMP pool does not survive fork: without this, a hang
+        sandbox.quiet_distributed([held.obj for held in before.held])
+        sandbox.install()
+    except BaseException as error:  # noqa: BLE001 - anything here means no trial, said as such
+        _send(Outcome.FAILED, detail=f"the sandbox could not be set up: {type(error).__name__}: {error}")
+    try:
+        body()
+    except sandbox.SandboxStop as stop:
+        _send(Outcome.DANGEROUS if stop.dangerous else Outcome.STOPPED_AT_EFFECT, detail=stop.effect)
+    except BaseException as error:  # noqa: BLE001
+        crashed(error, None)
+    _send(Outcome.COMPLETED)
+
+
+def iteration_over(frame: FrameType) -> None:
+    """The trial continuation reached the end of the interrupted iteration (child only)."""
+    if _CHILD:
+        _send(Outcome.COMPLETED, namespace=frame.f_locals)
+
+
+def crashed(error: BaseException, frame: FrameType | None) -> None:
+    """The trial met an exception: its verdict (child only); never returns."""
+    if isinstance(error, sandbox.SandboxStop):
+        _send(Outcome.DANGEROUS if error.dangerous else Outcome.STOPPED_AT_EFFECT, detail=error.effect)
+    if sandbox.caused(error):
+        _send(Outcome.STOPPED_AT_EFFECT, detail=f"an effect the sandbox refused ({_text(error)})",
+              where=_where(error), namespace=frame.f_locals if frame is not None else None)
+    _send(Outcome.RAISED, detail=_text(error), where=_where(error), namespace=frame.f_locals if frame else None)
+
+
+def _text(error: BaseException) -> str:
+    try:
+        message = str(error)
+    except Exception:
+        message = "<str() failed>"
+    return f"{type(error).__name__}: {message}"[:500]
+
+
+def _where(error: BaseException) -> str:
+    """The deepest place in the user's own code that the exception's traceback went through."""
+    entries = traceback.extract_tb(error.__traceback__)
+    others = [path for path in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} if path]
+    others.append(_DAIFU)
+    own = [e for e in entries if not any(e.filename.startswith(path) for path in others)]
+    chosen = (own or entries)[-1:]
+    return f"{os.path.basename(chosen[0].filename)}:{chosen[0].lineno}" if chosen else ""
+
+
+def _send(outcome: Outcome, detail: str = "", where: str = "", namespace: Mapping[str, Any] | None = None) -> None:
+    """Write the verdict to the parent and leave the process at once."""
+    try:
+        child = _CHILD[0]
+        seconds = time.perf_counter() - child.started
+        found = health.examine(child.before, namespace)
+        verdict = Verdict(
+            outcome, seconds, 0.0, detail, where, tuple(found.nonfinite), tuple(found.discarded),
+            found.losses_before, found.losses_after,
+        )
+        os.write(0, json.dumps(verdict.to_data(), default=str).encode())
+    except BaseException as error:  # noqa: BLE001 - a verdict that cannot be read is a failed trial
+        try:
+            os.write(0, json.dumps({"outcome": "failed", "detail": f"verdict: {error!r}"[:300]}).encode())
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(0)

@@ -1,0 +1,43 @@
+"""Appending lines to a file that other processes and people read while the run goes on.
+
+Each line is written whole and flushed at once (the file is line-buffered), so a reader never sees
+half a line and nothing is lost if the process dies. A failure to write never costs the run: the
+first `OSError` is reported once, as a warning naming the file, and later lines are dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+from typing import IO
+
+from daifu.state import RUN
+
+
+class LineFile:
+    """One file of lines, opened on the first write (in `mode` "a", or "w" to start it afresh)."""
+
+    def __init__(self, path: Path, mode: str = "a") -> None:
+        self.path = path
+        self._mode = mode
+        self._stream: IO[str] | None = None
+        self._lock = threading.Lock()
+
+    def write(self, line: str) -> None:
+        """Append `line` (a newline is added)."""
+        with self._lock:
+            try:
+                if self._stream is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._stream = open(self.path, self._mode, encoding="utf-8", buffering=1)  # noqa: SIM115
+                self._stream.write(line + "\n")
+            except OSError as error:
+                if RUN.first_time(f"cannot write {self.path}"):
+                    warnings.warn(f"DaiFu cannot write {self.path}: {error}", RuntimeWarning, 3)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None

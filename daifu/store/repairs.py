@@ -1,0 +1,77 @@
+"""`daifu_workspace/repairs.jsonl`: one JSON object per repair, the machine-readable record.
+
+Every reader of repairs goes through `load`, `all_repairs` and `number_entries`, so `daifu show`,
+`daifu report N`, the replay and the demo number and match repairs the same way: by the repair's
+own `repair` number and process, never by its line.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from daifu import config, ranks
+from daifu.state import RUN
+from daifu.store.lines import LineFile
+
+REPAIRS_FILE = "repairs.jsonl"
+
+_lock = threading.Lock()
+
+
+def per_rank(path: Path) -> Path:
+    """`path` for this rank: `repairs.rank1.jsonl` in a multi-rank job, else unchanged."""
+    number = ranks.rank()
+    return path if number is None else path.with_name(f"{path.stem}.rank{number}{path.suffix}")
+
+
+def repairs_path() -> Path:
+    """The JSON-lines record of the workspace now in effect (this rank's, in a multi-rank job)."""
+    return per_rank(config.settings().workspace / REPAIRS_FILE)
+
+
+def append(item: dict[str, Any]) -> None:
+    """Record one repair: in memory (`RUN.history`) and as a line of `repairs_path()`."""
+    RUN.remember(item)
+    line = json.dumps(item, default=str)
+    with _lock:  # a repair is rare: the file is opened for each, and never left open
+        target = LineFile(repairs_path().absolute())
+        target.write(line)
+        target.close()
+
+
+def load(path: Path | None = None) -> list[dict[str, Any]]:
+    """The repairs recorded in one JSON-lines file (default: `repairs_path()`), oldest first.
+
+    Only parses: a record is data, and reading it never runs code. Raises `OSError` when the
+    file cannot be read, `ValueError` when a line is not a JSON object.
+    """
+    path = path or repairs_path()
+    entries = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        if not isinstance(item, dict):
+            raise ValueError(f"{path} line {number} is not a JSON object")
+        entries.append(item)
+    return entries
+
+
+def all_repairs(folder: Path | None = None) -> list[dict[str, Any]]:
+    """The repairs of every JSON-lines record in `folder` (one per rank), in time order."""
+    folder = folder or config.settings().workspace
+    entries = [entry for path in sorted(folder.glob("repairs*.jsonl")) for entry in load(path)]
+    return sorted(entries, key=lambda entry: (str(entry.get("time", "")), entry.get("rank") or 0))
+
+
+def records_in(path: Path | None) -> list[dict[str, Any]]:
+    """The repairs `daifu show` and `daifu report` number: those of one file, or of every rank's file
+    in the workspace when `path` is `None` (or names a folder)."""
+    if path is None:
+        return all_repairs()
+    if path.is_dir():
+        return all_repairs(path)
+    return load(path)

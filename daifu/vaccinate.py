@@ -1,0 +1,160 @@
+"""`transform`: the decorator that vaccinates a function; where the runtime meets the layers above.
+
+The function object is vaccinated *in place*: it keeps its identity, name, docstring, defaults,
+signature and closure, and gets the vaccinated code (`function.__code__`), as live-update tools
+do. Every reference to it — a decorator's wrapper below `@daifu.transform` (`functools.wraps`
+wrappers, `torch.no_grad()`, `functools.lru_cache`...), a method's descriptor, a registry — runs
+the vaccinated code, and the decorators keep doing what they did.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import warnings
+from collections.abc import Callable
+from types import FrameType, FunctionType
+from typing import Any, TypeVar, overload
+
+from daifu import config
+from daifu.core.crash import Crash
+from daifu.core.decisions import Decision
+from daifu.core.resume import RepairEntry, Vaccine
+from daifu.core.source import SourceUnavailable, function_source
+from daifu.decide import chain
+from daifu.store import record
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Handling:
+    """The runtime's view of the layers above it: the decision chain and the record."""
+
+    def decide(self, crash: Crash) -> tuple[Decision, str]:
+        return chain.decide(crash)
+
+    def begin(self, crash: Crash) -> RepairEntry:
+        return record.begin(crash)
+
+    def note(self, text: str) -> None:
+        record.note(text)
+
+    def max_attempts(self) -> int:
+        return config.settings().max_attempts
+
+
+HANDLING = _Handling()
+
+
+@overload
+def transform(target: F) -> F: ...
+@overload
+def transform(target: dict[str, Any] | None = None) -> Callable[[F], F]: ...
+
+
+def transform(target: Any = None) -> Any:
+    """Vaccinate a function: a crash inside it is caught in place and can be repaired and resumed.
+
+    Usable as `@daifu.transform`, `@daifu.transform()` and the seed's `@daifu.transform(globals())`.
+    Works on functions, methods, static and class methods, properties, and functions under other
+    decorators that say what they wrap (`functools.wraps`, `torch.no_grad()`, `lru_cache`...).
+    Generator and async functions raise `TypeError`. A function whose source cannot be read runs
+    unvaccinated, with a warning. Returns `target` itself, vaccinated.
+    """
+    if target is None or isinstance(target, dict):
+
+        def decorate(function: F) -> F:
+            return _vaccinate(function, sys._getframe(1))  # type: ignore[no-any-return]
+
+        return decorate
+    return _vaccinate(target, sys._getframe(1))
+
+
+def _vaccinate(target: Any, caller: FrameType) -> Any:
+    if isinstance(target, (staticmethod, classmethod)):
+        _vaccinate(target.__func__, caller)
+        return target
+    if isinstance(target, property):
+        if target.fget is not None:
+            _vaccinate(target.fget, caller)
+        return target
+    inner = _innermost(target, caller)
+    if inner is None:
+        warnings.warn(f"daifu.transform: {target!r} is not a plain function; left unvaccinated", RuntimeWarning, 3)
+        return target
+    if getattr(inner, "__daifu__", None) is not None:
+        return target
+    if inspect.isgeneratorfunction(inner) or inspect.iscoroutinefunction(inner) or inspect.isasyncgenfunction(inner):
+        what = "a generator" if inspect.isgeneratorfunction(inner) else "an async"
+        raise TypeError(
+            f"daifu.transform cannot vaccinate {inner.__qualname__!r}: it is {what} function, and DaiFu "
+            "resumes only plain functions; vaccinate the function that drives it instead"
+        )
+    if config.settings().mode == "off":
+        return target
+    try:
+        source, first_lineno = function_source(inner)
+    except SourceUnavailable as why:
+        warnings.warn(
+            f"daifu.transform: the source of {inner.__qualname__!r} cannot be read ({why}); it runs unvaccinated",
+            RuntimeWarning,
+            3,
+        )
+        return target
+    try:
+        vaccine = Vaccine(inner, source, first_lineno, HANDLING)
+    except Exception as error:  # fail open: never break the user's import
+        warnings.warn(
+            f"daifu.transform could not vaccinate {inner.__qualname__!r} ({error!r}); it runs unvaccinated",
+            RuntimeWarning,
+            3,
+        )
+        return target
+    inner.__daifu__ = vaccine  # type: ignore[attr-defined]
+    record.program_begin()
+    return target
+
+
+def _innermost(target: Any, caller: FrameType) -> FunctionType | None:
+    """The function whose code to vaccinate: under the wrappers that name it (`__wrapped__`).
+
+    A wrapper that does not name it (a decorator without `functools.wraps`) is seen through when
+    the function it closes over is the one being decorated here, with a warning naming both.
+    """
+    try:
+        inner = inspect.unwrap(target)
+    except ValueError:  # a cycle of __wrapped__
+        return None
+    if not isinstance(inner, FunctionType):
+        return None
+    hidden = [c.cell_contents for c in inner.__closure__ or () if _holds_function(c)]
+    if len(hidden) == 1 and _decorated_here(hidden[0], caller) and not _decorated_here(inner, caller):
+        warnings.warn(
+            f"daifu.transform: {inner.__qualname__!r} is a decorator's wrapper around {hidden[0].__qualname__!r} "
+            "that does not say what it wraps (no functools.wraps); DaiFu vaccinates "
+            f"{hidden[0].__qualname__!r} itself. Put @daifu.transform just above the def, or use "
+            "functools.wraps in that decorator, to silence this.",
+            RuntimeWarning,
+            4,
+        )
+        return _innermost(hidden[0], caller)
+    return inner
+
+
+def _holds_function(cell: Any) -> bool:
+    try:
+        return isinstance(cell.cell_contents, FunctionType)
+    except ValueError:  # an empty cell
+        return False
+
+
+def _decorated_here(function: FunctionType, caller: FrameType) -> bool:
+    """Whether `caller` is applying decorators to `function`: it runs one of its source lines."""
+    code = function.__code__
+    if code.co_filename != caller.f_code.co_filename:
+        return False
+    try:
+        lines, first = inspect.getsourcelines(function)
+    except (OSError, TypeError):
+        return False
+    return first <= caller.f_lineno < first + len(lines)
