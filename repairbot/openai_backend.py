@@ -187,14 +187,12 @@ class OpenAIBackend:
         """
         deadline = deadline or Deadline(self.deadline)
         rules_diagnosis, rules_suggestions = analyse(report)
-        started = time.monotonic()
         try:
             text, notes = self._ask(report, rules_diagnosis, deadline)
             reading = read_reply(report, text)
         except (LLMFailure, PromptError, ReplyError) as failure:
             reason = self._redact(f"{self.name} backend ({self._where()}): {failure}")
             return Answer(rules_diagnosis, rules_suggestions, "rules", f"{reason}; the rules engine answered instead")
-        notes.insert(0, f"the model answered in {time.monotonic() - started:.1f} s")
         return self._combine(reading, notes, rules_diagnosis, rules_suggestions)
 
     def _combine(
@@ -221,7 +219,13 @@ class OpenAIBackend:
         if problem:
             raise LLMFailure(problem)
         chat = messages(report, hint)
+        started = time.monotonic()
         completion, notes = asyncio.run(self._complete(chat, deadline))
+        usage = completion.usage
+        tokens = (
+            f" ({usage.prompt_tokens} tokens in, {usage.completion_tokens} out)" if usage and usage.total_tokens else ""
+        )
+        notes.insert(0, f"the model answered in {time.monotonic() - started:.1f} s{tokens}")
         return _reply_text(completion, self.max_tokens), notes
 
     async def _complete(self, chat: list[dict[str, str]], deadline: Deadline) -> tuple[ChatCompletion, list[str]]:
@@ -246,7 +250,9 @@ class OpenAIBackend:
                     continue
                 if retried or not self._may_retry(error, deadline):
                     raise LLMFailure(self._status(error)) from None
-            except (openai.APIConnectionError, openai.APITimeoutError) as error:
+            except openai.APITimeoutError:
+                raise LLMFailure(self._late(deadline)) from None  # its timeout is what was left of the deadline
+            except openai.APIConnectionError as error:
                 if retried or deadline.remaining() < _MIN_RETRY_SECONDS or deadline.cancelled:
                     raise LLMFailure(f"cannot reach {self.base_url}: {_describe(error)}") from None
             retried = True
