@@ -9,6 +9,7 @@ crashed frame's namespace and the faulty statement runs after it.
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import tempfile
 import textwrap
@@ -20,7 +21,8 @@ from typing import Any
 import tests.llmcrashes as programs
 from daifu.automatic import patch_action
 from daifu.crash import Crash
-from daifu.report import CrashReport, build_report
+from daifu.report import CrashReport, build_report, function_info
+from daifu.suggestions import Verdict, check_action, check_safety, check_surgery
 from repairbot.protocol import Suggestion
 from tests.botfixtures import crash_from
 
@@ -44,6 +46,18 @@ class Case:
         source = source if source is not None else self.report.function.source
         first = first if first is not None else self.report.function.first_lineno
         return first + next(i for i, line in enumerate(source.splitlines()) if text in line)
+
+    def accepted(self, suggestion: Suggestion) -> Verdict:
+        """The client's own checks of a suggestion (`daifu.suggestions`), with the names the frame can see."""
+        names = set(self.crash.locals) | set(self.function.__globals__) | set(dir(builtins))
+        if suggestion.kind == "surgery":
+            return check_surgery(suggestion.code, function_info(self.crash), names=names)
+        if suggestion.kind == "patch_function":
+            return check_action(patch_action(suggestion.code, suggestion.target or ""))
+        if suggestion.kind == "action":
+            verdict = check_action(suggestion.code)
+            return verdict if not verdict.ok else check_safety(suggestion.code)
+        return Verdict()
 
     def fixes(self, suggestion: Suggestion) -> bool:
         """Whether applying `suggestion` as the runtime would lets the crashed work complete."""

@@ -296,7 +296,7 @@ STYLES = [
         "train",
         "a refusal (the refusal field set, content null)",
         lambda c: [Reply(content=None, refusal="I can't help with modifying this code.")],
-        Expect(None, fallback="the model refused: \"I can't help with modifying this code.\""),
+        Expect(None, fallback='the model refused: "I can\'t help with modifying this code."'),
         check=_rules_stand_in,
     ),
     Style(

@@ -143,9 +143,10 @@ def test_an_unknown_model_reports_the_servers_own_message(train: Case) -> None:
     with FakeLLM([good(train)], models=("llama3.1:8b",)) as llm:
         reply = post(OpenAIBackend(base_url=llm.url, model="llama3"), train.report).json()
     assert reply["backend_used"] == "rules"
-    assert 'HTTP 404: model "llama3" not found, try pulling it first (check DAIFU_OPENAI_MODEL)' in reply[
-        "fallback_reason"
-    ]
+    assert (
+        'HTTP 404: model "llama3" not found, try pulling it first (check DAIFU_OPENAI_MODEL)'
+        in reply["fallback_reason"]
+    )
     assert reply["suggestions"] and reply["suggestions"][0]["origin"] == "rules"
 
 
@@ -159,7 +160,7 @@ def test_a_base_url_without_v1_is_named(train: Case) -> None:
 def test_a_rejected_token_parameter_is_learnt(train: Case) -> None:
     def reject_max_tokens(body: dict[str, Any]) -> Reply | str:
         if "max_tokens" in body:
-            message = "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens'."
+            message = "Unsupported parameter: 'max_tokens' is not supported with this model."
             return Reply(status=400, error=openai_error(message, param="max_tokens"))
         return good(train)
 
@@ -172,7 +173,7 @@ def test_a_rejected_token_parameter_is_learnt(train: Case) -> None:
 
 
 def test_a_rate_limit_is_retried_once(train: Case) -> None:
-    replies = [Reply(status=429, error=openai_error("slow down", "rate_limit")), good(train)]
+    replies: list[Reply | str] = [Reply(status=429, error=openai_error("slow down", "rate_limit")), good(train)]
     with FakeLLM(replies) as llm:
         reply = post(OpenAIBackend(base_url=llm.url, model="test-model"), train.report).json()
     assert reply["backend_used"] == "openai" and len(llm.requests) == 2
