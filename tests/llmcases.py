@@ -113,11 +113,13 @@ def _fit_args() -> tuple[Any, ...]:
     return model, programs.make_images(), torch_sgd(model), []
 
 
-_FOLDER = Path(tempfile.mkdtemp(prefix="daifu-llm-"))
+_SCRATCH = tempfile.TemporaryDirectory(prefix="daifu-llm-")
+"""Removed when the process ends."""
 
 
 def _save_args() -> tuple[Any, ...]:
-    return programs.make_mlp(), str(_FOLDER / "checkpoints"), 2
+    """A folder that does not exist yet, a new one each time: a repair run before must not have made it."""
+    return programs.make_mlp(), str(Path(tempfile.mkdtemp(dir=_SCRATCH.name)) / "checkpoints"), 2
 
 
 def cases() -> dict[str, Case]:

@@ -8,11 +8,14 @@ would really completes the crashed work.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+import daifu
+from daifu import record
 from repairbot.openai_backend import OpenAIBackend, forget_capabilities
 from repairbot.protocol import SuggestResponse
 from repairbot.server import start_in_thread
@@ -82,3 +85,24 @@ def test_plain_text_is_remembered_for_the_next_crash(crashes: dict[str, Case]) -
     assert "response_format" not in llm.requests[-1]
     assert second["notes"] == [n for n in second["notes"] if "rejected" not in n]  # nothing to learn any more
     assert any(s["origin"] == "model" for s in second["suggestions"])
+
+
+@pytest.mark.parametrize("style_name", ["numbered_lines", "unimported_module"])
+def test_a_vaccinated_run_is_repaired_by_the_models_answer(
+    style_name: str, crashes: dict[str, Case], tmp_path: Path
+) -> None:
+    """The whole path: the runtime asks the service, the service the fake model, and the run completes."""
+    style = next(s for s in STYLES if s.name == style_name)
+    case = crashes[style.case]
+    with FakeLLM(style.reply(case)) as llm:
+        url, stop = start_in_thread(OpenAIBackend(base_url=llm.url, model="test-model"))
+        try:
+            daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
+            vaccinated = daifu.transform(case.function)
+            result = vaccinated(*case.make_args())
+        finally:
+            stop()
+    assert len(llm.requests) == 1
+    repairs = [entry for entry in record.history if entry.get("function") == case.function.__qualname__]
+    assert repairs and repairs[-1]["decision"].startswith(style.expect.kind.capitalize() if style.expect.kind else "")
+    assert result == (6 if style.case == "train" else 2)  # every step taken: 2 epochs of 3 batches, or 2 saves
