@@ -160,10 +160,10 @@ def _sent_report(entry: dict[str, Any]) -> str | None:
 def _serve(args: argparse.Namespace) -> int:
     try:  # the server and its dependencies load only for this command
         from repairbot.server import serve
+
+        serve(host=args.host, port=args.port, backend=args.backend, deadline=args.deadline)
     except ImportError as missing:
         return _missing("the repair bot server", missing)
-    try:
-        serve(host=args.host, port=args.port, backend=args.backend, deadline=args.deadline)
     except ValueError as error:  # a backend that cannot work as configured, a malformed deadline
         return _usage_error(f"daifu serve: {error}")
     return 0

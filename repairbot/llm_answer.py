@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from repairbot.llm_code import (
     import_in_lines,
     is_diff,
     missing_modules,
+    one_def,
     problems,
     whole_function,
 )
@@ -132,20 +134,24 @@ def _suggestion(report: CrashReport, sites: list[_Site], p: Proposal) -> tuple[S
     code, changes = clean(p.code or "", p.start_line if p.kind == "edit" else None)
     if p.kind == "action":
         return _action(report, code, changes, common)
-    site = _site_of(sites, p, code)
-    fn = site.function
-    if p.kind == "edit" and not is_diff(code):
-        assert p.start_line is not None and p.end_line is not None
+    if is_diff(code):
+        site, new = _apply_diff(sites, p, code)
+        fn, place = site.function, None
+        changes.append(f"applied the reply's diff to the current source of `{fn.qualname}`")
+    elif p.kind == "edit" and p.start_line is not None and p.end_line is not None:
+        site = _site_of(sites, p, code)
+        fn = site.function
         code = _with_imports(code, site, changes, import_in_lines)
         new = apply_edit(fn, p.start_line, p.end_line, code)
         place = _edit_place(fn, p.start_line, p.end_line, code)
-    elif is_diff(code):
-        new, place = apply_diff(fn, code), None
-        changes.append(f"applied the reply's diff to the current source of `{fn.qualname}`")
     else:
+        site = _site_of(sites, p, code)
+        fn, place = site.function, None
         new, more = whole_function(fn, code)
         changes += more
-        place = None
+    if not _same_head(fn, new):  # an edit or a diff that reached the decorators or the def line
+        new, more = whole_function(fn, new)
+        changes += more
     reasons = problems(fn, new, place)
     if reasons:
         raise CodeError("; ".join(reasons))
@@ -168,16 +174,40 @@ def _site_of(sites: list[_Site], p: Proposal, code: str) -> _Site:
             return named[0]
     if p.kind == "edit" and p.start_line is not None:
         holding = [s for s in sites if s.function.first_lineno <= p.start_line <= s.function.last_lineno + 1]
-        if len(holding) == 1 or (holding and p.function is None):
+        if holding:
             return holding[0]
         raise CodeError(_outside(sites, p))
     defined = re.findall(r"^\s*(?:async\s+)?def\s+(\w+)", code, re.MULTILINE)
     for site in sites:
         if site.function.name in defined:
             return site
-    if is_diff(code):
-        return sites[-1] if len(sites) > 1 and sites[-1].function.filename in code else sites[0]
     raise CodeError(f"the code defines {', '.join(f'`{d}`' for d in defined) or 'no function'}, not {_names(sites)}")
+
+
+def _apply_diff(sites: list[_Site], p: Proposal, diff: str) -> tuple[_Site, str]:
+    """The function a diff applies to (the one it names first, else the first it fits) and the result."""
+    named = [s for s in sites if p.function and p.function in (s.function.qualname, s.function.name)]
+    errors = []
+    for site in named + [s for s in sites if s not in named]:
+        try:
+            return site, apply_diff(site.function, diff)
+        except CodeError as error:
+            errors.append(str(error))
+    raise CodeError(errors[0])
+
+
+def _same_head(fn: Function, new_source: str) -> bool:
+    """Whether `new_source` keeps the decorators and signature of `fn` (`True` if it does not parse)."""
+    new = one_def(new_source, fn.name)
+    if isinstance(new, str):
+        return True  # `problems` says why it cannot be used
+    return _head(new) == _head(fn.node)
+
+
+def _head(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The decorators, parameters and return annotation, as syntax trees dumped."""
+    parts: list[ast.AST | None] = [*node.decorator_list, node.args, node.returns]
+    return [ast.dump(part) if part is not None else "" for part in parts]
 
 
 def _outside(sites: list[_Site], p: Proposal) -> str:
@@ -190,7 +220,7 @@ def _names(sites: list[_Site]) -> str:
     return " or ".join(f"`{s.function.name}`" for s in sites)
 
 
-def _edit_place(fn: Function, start: int, end: int, new_code: str) -> Any:
+def _edit_place(fn: Function, start: int, end: int, new_code: str) -> Callable[[int], str]:
     """Names a line of the edited function: before the edit, its new code, or the old line after it."""
     count = len(new_code.rstrip("\n").split("\n")) if new_code.strip() else 0
 
@@ -207,14 +237,14 @@ def _edit_place(fn: Function, start: int, end: int, new_code: str) -> Any:
     return place
 
 
-def _with_imports(code: str, site: _Site, changes: list[str], add: Any) -> str:
+def _with_imports(code: str, site: _Site, changes: list[str], add: Callable[[str, dict[str, str]], str]) -> str:
     known = set(site.locals) | set(re.findall(r"[A-Za-z_]\w*", site.function.source))
     modules = missing_modules(code, known)
     if not modules:
         return code
     names = ", ".join(f"`{m}`" for m in modules.values())
     changes.append(f"imported {names}, which the code uses and `{site.function.qualname}` does not import")
-    return str(add(code, modules))
+    return add(code, modules)
 
 
 def _action(report: CrashReport, code: str, changes: list[str], common: dict[str, Any]) -> tuple[Suggestion, list[str]]:

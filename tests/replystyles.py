@@ -249,6 +249,23 @@ STYLES = [
         Expect("surgery", note="restored the decorator `@torch.no_grad()` at line"),
     ),
     Style(
+        "edit_drops_decorator",
+        "method",
+        "a line-range edit over the whole method, decorator line included, whose new code starts at `def`",
+        lambda c: as_json(
+            answer(
+                c,
+                edit(
+                    c,
+                    _without_decorator(_evaluate_fixed(c)),
+                    c.report.function.first_lineno,
+                    c.report.function.first_lineno + len(c.report.function.source.splitlines()) - 1,
+                ),
+            )
+        ),
+        Expect("surgery", note="restored the decorator `@torch.no_grad()` at line"),
+    ),
+    Style(
         "whole_class",
         "method",
         "the whole class returned around the fixed method",
