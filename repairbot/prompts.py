@@ -129,8 +129,15 @@ def _stack(frames: list[Frame]) -> str:
     if frames and frames[-1].library:
         shown.append(frames[-1])
     return "\n".join(
-        f"  {f.filename}:{f.lineno} in {f.function}: {f.code}" + (" [library]" if f.library else "") for f in shown
+        f"  {_short(f.filename) if f.library else f.filename}:{f.lineno} in {f.function}: {f.code}"
+        + (" [library]" if f.library else "")
+        for f in shown
     )
+
+
+def _short(filename: str) -> str:
+    """A library file's path from its package down (`torch/nn/modules/linear.py`): the rest is noise."""
+    return re.sub(r"^.*[/\\](?:site|dist)-packages[/\\]", "", filename)
 
 
 def _mentioned(statement: str, source: str) -> list[str]:
