@@ -1,16 +1,17 @@
 """The repair bot's HTTP API (FastAPI); OpenAPI docs at `/docs`.
 
 `app` is configured from the environment when imported (`uvicorn repairbot.app:app`):
-`DAIFU_REPAIRBOT_BACKEND` (default `rules`) and `DAIFU_REPAIRBOT_TOKEN` (a bearer token the
-`/v1` endpoints then require). `create_app` builds one with explicit settings, for tests and
-`repairbot.server`.
+`DAIFU_REPAIRBOT_BACKEND` (default `rules`), `DAIFU_REPAIRBOT_TOKEN` (a bearer token the
+`/v1` endpoints then require) and `DAIFU_BOT_DEADLINE` (seconds per crash, default 45).
+`create_app` builds one with explicit settings, for tests and `repairbot.server`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -21,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from repairbot.protocol import CrashReport, fingerprint
 from repairbot.backends import NAMES, Answer, Backend, UnknownBackend, make_backend
 from repairbot.cache import Coalescer
+from repairbot.deadline import Cancelled, Deadline, for_request, server_default
 from repairbot.limits import BodyLimit
 from repairbot.protocol import BackendsResponse, CrashRequest, DiagnoseResponse, Health, SuggestResponse
 
@@ -33,6 +35,7 @@ def create_app(
     token: str | None = None,
     max_body: int = MAX_BODY,
     cache_seconds: float = 30.0,
+    deadline: float | None = None,
 ) -> FastAPI:
     """A repair-bot application.
 
@@ -40,6 +43,8 @@ def create_app(
         if not given); a request may name another. token: the bearer token required on `/v1`
         (`DAIFU_REPAIRBOT_TOKEN` if not given; none required if neither is set). max_body: larger
         request bodies get 413. cache_seconds: how long an answer serves identical reports.
+        deadline: the most seconds spent on one crash (`DAIFU_BOT_DEADLINE` or 45 if not given);
+        a request's `deadline_s` may ask for less.
     Always added: `/healthz` (no token), and 422 answers that say which field is wrong.
     """
     default = backend if backend is not None else os.environ.get("DAIFU_REPAIRBOT_BACKEND") or "rules"
@@ -49,6 +54,7 @@ def create_app(
     default_name = default if isinstance(default, str) else default.name
     expected = token if token is not None else os.environ.get("DAIFU_REPAIRBOT_TOKEN") or None
     cache: Coalescer[Answer] = Coalescer(cache_seconds)
+    longest = deadline if deadline is not None else server_default()
 
     def get_backend(name: str | None) -> Backend:
         name = name or default_name
@@ -66,15 +72,19 @@ def create_app(
         if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), expected.encode()):
             raise HTTPException(401, "A valid bearer token is required.", headers={"WWW-Authenticate": "Bearer"})
 
-    async def answer(kind: str, body: CrashRequest) -> tuple[Answer, bool, str]:
+    async def answer(kind: str, body: CrashRequest, request: Request) -> tuple[Answer, bool, str]:
         chosen = get_backend(body.backend)
         crash_id = fingerprint(body.report)
-        call: Callable[[CrashReport], Answer] = chosen.suggest if kind == "suggest" else chosen.diagnose
+        call: Callable[[CrashReport, Deadline], Answer] = chosen.suggest if kind == "suggest" else chosen.diagnose
+        deadline = for_request(body.deadline_s, longest)
 
         async def compute() -> Answer:
-            return await run_in_threadpool(call, body.report)
+            return await _until_disconnected(request, deadline, run_in_threadpool(call, body.report, deadline))
 
-        result, cached = await cache.get(f"{kind}:{chosen.name}:{crash_id}", compute)
+        try:
+            result, cached = await cache.get(f"{kind}:{chosen.name}:{crash_id}", compute)
+        except Cancelled:  # the client is gone; nothing is kept for the next one
+            raise HTTPException(499, "The client closed the request before the answer was ready.") from None
         if result.fallback_reason and not cached:
             logger.warning("Crash {}: {}", crash_id, result.fallback_reason)
         return result, cached, crash_id
@@ -92,21 +102,22 @@ def create_app(
         return BackendsResponse(default=default_name, backends=[get_backend(n).info() for n in NAMES])
 
     @app.post("/v1/diagnose", response_model=DiagnoseResponse, dependencies=[Depends(authorized)])
-    async def diagnose(body: CrashRequest) -> DiagnoseResponse:
+    async def diagnose(body: CrashRequest, request: Request) -> DiagnoseResponse:
         """The root cause: which function among the frames is the culprit and why, and the traceback explained."""
-        result, cached, crash_id = await answer("diagnose", body)
+        result, cached, crash_id = await answer("diagnose", body, request)
         return DiagnoseResponse(
             fingerprint=crash_id,
             diagnosis=result.diagnosis,
             backend_used=result.backend_used,
             fallback_reason=result.fallback_reason,
             cached=cached,
+            notes=result.notes,
         )
 
     @app.post("/v1/suggest", response_model=SuggestResponse, dependencies=[Depends(authorized)])
-    async def suggest(body: CrashRequest) -> SuggestResponse:
+    async def suggest(body: CrashRequest, request: Request) -> SuggestResponse:
         """The diagnosis, and repairs ranked best first."""
-        result, cached, crash_id = await answer("suggest", body)
+        result, cached, crash_id = await answer("suggest", body, request)
         return SuggestResponse(
             fingerprint=crash_id,
             diagnosis=result.diagnosis,
@@ -114,9 +125,20 @@ def create_app(
             backend_used=result.backend_used,
             fallback_reason=result.fallback_reason,
             cached=cached,
+            notes=result.notes,
         )
 
     return app
+
+
+async def _until_disconnected(request: Request, deadline: Deadline, work: Awaitable[Answer]) -> Answer:
+    """`work`'s result; meanwhile, if the client disconnects, `deadline` is cancelled so the backend stops."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        await asyncio.wait({task}, timeout=0.05)
+        if not task.done() and not deadline.cancelled and await request.is_disconnected():
+            deadline.cancel()
+    return task.result()
 
 
 async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:

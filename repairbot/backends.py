@@ -1,35 +1,49 @@
 """Backends answer a crash report with a diagnosis and suggestions; the server picks one by name.
 
 `rules` is embedded, offline and deterministic; `openai` asks an OpenAI-compatible model and
-falls back to `rules`, saying why, whenever the model fails or answers garbage.
+adds the rules engine's suggestions to the model's, standing in for the model entirely, and
+saying why, whenever it fails or answers nothing usable.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ast
+import textwrap
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from repairbot.protocol import CrashReport
+from repairbot.deadline import Deadline
 from repairbot.protocol import BackendInfo, Diagnosis, Suggestion
 from repairbot.rules import analyse
+
+MAX_SUGGESTIONS = 8
 
 
 @dataclass
 class Answer:
-    """A backend's answer; `fallback_reason` is set when `backend_used` is not the one asked."""
+    """A backend's answer.
+
+    fallback_reason: why the rules engine stood in for the backend, wholly (`backend_used` is
+    then `rules`) or for the suggestions. notes: what the backend did with the model's reply.
+    """
 
     diagnosis: Diagnosis
     suggestions: list[Suggestion]
     backend_used: str
     fallback_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 class Backend(Protocol):
+    """What the server needs of a backend. `deadline`: when the answer is due, and whether the
+    client is still there; a backend that calls out must stop waiting when it is `over`."""
+
     name: str
 
-    def diagnose(self, report: CrashReport) -> Answer: ...
+    def diagnose(self, report: CrashReport, deadline: Deadline | None = None) -> Answer: ...
 
-    def suggest(self, report: CrashReport) -> Answer: ...
+    def suggest(self, report: CrashReport, deadline: Deadline | None = None) -> Answer: ...
 
     def info(self) -> BackendInfo: ...
 
@@ -43,10 +57,10 @@ class RulesBackend:
 
     name = "rules"
 
-    def diagnose(self, report: CrashReport) -> Answer:
+    def diagnose(self, report: CrashReport, deadline: Deadline | None = None) -> Answer:
         return Answer(analyse(report)[0], [], self.name)
 
-    def suggest(self, report: CrashReport) -> Answer:
+    def suggest(self, report: CrashReport, deadline: Deadline | None = None) -> Answer:
         diagnosis, suggestions = analyse(report)
         return Answer(diagnosis, suggestions, self.name)
 
@@ -66,3 +80,28 @@ def make_backend(name: str) -> Backend:
 
         return OpenAIBackend()
     raise UnknownBackend(f"Backend {name!r} is unknown; known backends: {', '.join(NAMES)}.")
+
+
+def merge(model: list[Suggestion], rules: list[Suggestion]) -> list[Suggestion]:
+    """The model's suggestions and the rules engine's, best first, each repair once.
+
+    When both propose the same repair, the model's entry is kept with the higher confidence of
+    the two. Ties in confidence keep the model's first.
+    """
+    kept: dict[tuple[str, str, str | None], Suggestion] = {}
+    for suggestion in model + rules:
+        key = (suggestion.kind, canonical(suggestion.code), suggestion.target)
+        if key in kept:
+            first = kept[key]
+            kept[key] = first.model_copy(update={"confidence": max(first.confidence, suggestion.confidence)})
+        else:
+            kept[key] = suggestion
+    return sorted(kept.values(), key=lambda s: -s.confidence)[:MAX_SUGGESTIONS]
+
+
+def canonical(code: str) -> str:
+    """Code compared by its syntax tree, so layout and comments do not make two repairs differ."""
+    try:
+        return ast.dump(ast.parse(textwrap.dedent(code)))
+    except SyntaxError:
+        return code

@@ -1,43 +1,128 @@
-"""The `openai` backend: any OpenAI-compatible Chat Completions endpoint, through the official SDK.
+"""The `openai` backend: any OpenAI-compatible Chat Completions endpoint (OpenAI, Ollama, vLLM, llama.cpp).
 
-Configuration (environment): `OPENAI_API_KEY`; the base URL from `DAIFU_OPENAI_BASE_URL`, else
-`OPENAI_BASE_URL`, else the SDK's default; the model from `DAIFU_OPENAI_MODEL`. Retries with
-back-off on 429 and 5xx are the SDK's (`max_retries`). Whatever goes wrong, the answer comes from
-the rules engine instead, with `fallback_reason` saying what went wrong; the key is never in it.
+Configuration (environment):
+- `DAIFU_OPENAI_MODEL`: the model's name at the endpoint. Required: without it the backend is
+  unavailable and says so (`/v1/backends`, and `daifu serve --backend openai` refuses to start).
+- `DAIFU_OPENAI_BASE_URL`, else `OPENAI_BASE_URL`, else OpenAI's own: the URL ending in `/v1`.
+- `DAIFU_OPENAI_API_KEY`, else `OPENAI_API_KEY`: needed for a remote endpoint; a server on this
+  machine (loopback URL) is sent a placeholder instead.
+- `DAIFU_OPENAI_MAX_TOKENS`: the reply's token limit (default 1200).
+
+One model call per crash, bounded by the crash's `Deadline`: the call is cancelled, closing its
+connection, when the deadline passes or the client goes away; one retry at most, and only when
+the first attempt failed fast (connection refused, 429, 5xx) with time left. What the endpoint
+accepts (a JSON Schema `response_format`, `json_object`, or plain text; `max_tokens` or
+`max_completion_tokens`; a `temperature`) is learnt from its 400 answers and remembered per base
+URL and model, so only the first crash at a new endpoint may need more than one request.
+
+The answer always holds the rules engine's suggestions as well, ranked with the model's by
+confidence, each marked with its origin; when the model gives nothing usable they are all there
+is, and `fallback_reason` says why. The API key never appears in any message.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import functools
+import ipaddress
 import os
+import ssl
+import threading
+import time
+from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
-from pydantic import BaseModel, ValidationError
+from openai.types.chat import ChatCompletion
 
 from repairbot.protocol import CrashReport
-from repairbot.backends import Answer, RulesBackend
-from repairbot.prompts import PromptError, read, render
-from repairbot.protocol import BackendInfo, Diagnosis, Suggestion, SuggestionKind
-from repairbot.rules.context import Context
+from repairbot.backends import Answer, merge
+from repairbot.deadline import Cancelled, Deadline, server_default
+from repairbot.llm_answer import Reading, read_reply
+from repairbot.llm_reply import ReplyError, read_object
+from repairbot.prompts import CATEGORIES, PromptError, messages
+from repairbot.protocol import BackendInfo, Diagnosis, Suggestion
+from repairbot.rules import analyse
 
-DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_MAX_TOKENS = 1200
+PLACEHOLDER_KEY = "daifu-local-no-key"
+"""Sent to a loopback endpoint when no key is set: the SDK needs one, local servers ignore it."""
+_FORMATS = ("json_schema", "json_object", "text")
+_POLL = 0.05
+_MIN_RETRY_SECONDS = 3.0
+"""A retry is only worth it with at least this much of the deadline left."""
 
 
 class LLMFailure(RuntimeError):
-    """The model could not be reached, or its reply was not what was asked; the message says which."""
+    """The model could not be reached, or answered nothing usable; the message says which, in its words."""
 
 
-class _Suggestions(BaseModel):
-    suggestions: list[Suggestion]
+@dataclass(frozen=True)
+class Capabilities:
+    """What an endpoint accepts, as learnt from its answers."""
+
+    response_format: str = "json_schema"
+    tokens_parameter: str = "max_tokens"
+    temperature: bool = True
+
+
+_learnt: dict[tuple[str, str], Capabilities] = {}
+_learnt_lock = threading.Lock()
+
+
+def forget_capabilities() -> None:
+    """Forget what endpoints accept (for tests, and after an endpoint was upgraded)."""
+    with _learnt_lock:
+        _learnt.clear()
+
+
+def reply_schema() -> dict[str, Any]:
+    """The strict JSON Schema of the reply (OpenAI structured outputs: every field required, nullable)."""
+
+    def nullable(kind: str) -> dict[str, Any]:
+        return {"type": [kind, "null"]}
+
+    suggestion = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["kind", "function", "start_line", "end_line", "new_code", "code", "explanation", "confidence"],
+        "properties": {
+            "kind": {"type": "string", "enum": ["edit", "action", "retry", "skip"]},
+            "function": nullable("string"),
+            "start_line": nullable("integer"),
+            "end_line": nullable("integer"),
+            "new_code": nullable("string"),
+            "code": nullable("string"),
+            "explanation": {"type": "string"},
+            "confidence": {"type": "number"},
+        },
+    }
+    diagnosis = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["category", "culprit_function", "culprit_line", "explanation"],
+        "properties": {
+            "category": {"type": "string", "enum": list(CATEGORIES)},
+            "culprit_function": {"type": "string"},
+            "culprit_line": {"type": "integer"},
+            "explanation": {"type": "string"},
+        },
+    }
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["diagnosis", "suggestions"],
+        "properties": {"diagnosis": diagnosis, "suggestions": {"type": "array", "items": suggestion}},
+    }
 
 
 class OpenAIBackend:
-    """Asks the model for a diagnosis, a code fix (surgery, or a patch of the faulty callee) and actions.
+    """Asks an OpenAI-compatible model for a diagnosis and ranked repairs of a crash, in one call.
 
-    api_key, base_url, model: override the environment. timeout: seconds for each request.
-    max_retries: the SDK's retries, with exponential back-off, on connection errors, 408, 409,
-        429 and 5xx (honouring `Retry-After`).
+    api_key, base_url, model, max_tokens: override the environment (see the module docstring).
+    deadline: seconds allowed per crash when the caller gives no `Deadline` (`$DAIFU_BOT_DEADLINE`
+        or 45 by default).
     """
 
     name = "openai"
@@ -48,100 +133,286 @@ class OpenAIBackend:
         api_key: str | None = None,
         base_url: str | None = None,
         model: str | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 2,
+        max_tokens: int | None = None,
+        deadline: float | None = None,
     ) -> None:
-        self._key = api_key or os.environ.get("OPENAI_API_KEY")
-        self._base_url = base_url or os.environ.get("DAIFU_OPENAI_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
-        self.model = model or os.environ.get("DAIFU_OPENAI_MODEL") or DEFAULT_MODEL
-        self._client = (
-            None
-            if not self._key
-            else openai.OpenAI(api_key=self._key, base_url=self._base_url, timeout=timeout, max_retries=max_retries)
-        )
-        self._rules = RulesBackend()
+        env = os.environ.get
+        self.base_url = (
+            base_url or env("DAIFU_OPENAI_BASE_URL") or env("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        ).rstrip("/")
+        self.model = model or env("DAIFU_OPENAI_MODEL") or None
+        self._key = api_key or env("DAIFU_OPENAI_API_KEY") or env("OPENAI_API_KEY") or None
+        self.max_tokens = max_tokens or int(env("DAIFU_OPENAI_MAX_TOKENS") or DEFAULT_MAX_TOKENS)
+        self.deadline = deadline if deadline is not None else server_default()
+
+    @property
+    def local(self) -> bool:
+        """Whether the endpoint is on this machine (a loopback address), where no key is needed."""
+        host = urlsplit(self.base_url).hostname or ""
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    def problem(self) -> str | None:
+        """Why the backend cannot work as configured, or `None`."""
+        if not self.model:
+            return (
+                f"DAIFU_OPENAI_MODEL is not set: set it to the name of the model served at {self.base_url} "
+                "(e.g. `llama3.1:8b` for Ollama, the `--model` of vLLM, `gpt-4o-mini` for OpenAI)"
+            )
+        if not self._key and not self.local:
+            return (
+                f"OPENAI_API_KEY (or DAIFU_OPENAI_API_KEY) is not set, and {self.base_url} is not on this machine; "
+                "a server on 127.0.0.1 or localhost needs no key"
+            )
+        return None
 
     def info(self) -> BackendInfo:
-        where = self._base_url or "the SDK's default URL"
-        if self._client is None:
-            return BackendInfo(name=self.name, available=False, detail="OPENAI_API_KEY is not set")
-        return BackendInfo(name=self.name, available=True, detail=f"model {self.model} at {where}")
+        problem = self.problem()
+        if problem:
+            return BackendInfo(name=self.name, available=False, detail=problem)
+        return BackendInfo(name=self.name, available=True, detail=f"model {self.model} at {self.base_url}")
 
-    def diagnose(self, report: CrashReport) -> Answer:
+    def diagnose(self, report: CrashReport, deadline: Deadline | None = None) -> Answer:
+        answer = self.suggest(report, deadline)
+        return Answer(answer.diagnosis, [], answer.backend_used, answer.fallback_reason, answer.notes)
+
+    def suggest(self, report: CrashReport, deadline: Deadline | None = None) -> Answer:
+        """The model's diagnosis and repairs with the rules engine's; the rules engine's alone if the model fails.
+
+        Raises `Cancelled` when the deadline was cancelled (the client went away).
+        """
+        deadline = deadline or Deadline(self.deadline)
+        rules_diagnosis, rules_suggestions = analyse(report)
         try:
-            return Answer(self._diagnosis(report), [], self.name)
-        except LLMFailure as failure:
-            return self._fallback(self._rules.diagnose(report), failure)
+            text, notes = self._ask(report, rules_diagnosis, deadline)
+            reading = read_reply(report, text)
+        except (LLMFailure, PromptError, ReplyError) as failure:
+            reason = self._redact(f"{self.name} backend ({self._where()}): {failure}")
+            return Answer(rules_diagnosis, rules_suggestions, "rules", f"{reason}; the rules engine answered instead")
+        return self._combine(reading, notes, rules_diagnosis, rules_suggestions)
 
-    def suggest(self, report: CrashReport) -> Answer:
-        try:
-            diagnosis = self._diagnosis(report)
-            text = f"{diagnosis.category}: {diagnosis.explanation}"
-            ctx = Context(report)
-            if ctx.at_function:
-                fixes = self._suggestions(render("surgery", report, text), {"surgery", "retry", "skip"})
-            else:
-                fixes = self._suggestions(render("patch", report, text, ctx.site), {"patch_function"})
-                fixes = [s.model_copy(update={"target": ctx.callee_target()}) for s in fixes]
-            actions = self._suggestions(render("action", report, text), {"action"})
-        except (LLMFailure, PromptError) as failure:
-            return self._fallback(self._rules.suggest(report), failure)
-        ranked = sorted(fixes + actions, key=lambda s: -s.confidence)
-        return Answer(diagnosis, ranked, self.name)
+    def _combine(
+        self, reading: Reading, notes: list[str], rules_diagnosis: Diagnosis, rules: list[Suggestion]
+    ) -> Answer:
+        notes = [self._redact(n) for n in notes + reading.notes]
+        used = self.name if reading.diagnosis or reading.suggestions else "rules"
+        fallback = None
+        if not reading.suggestions:
+            why = f"all {reading.dropped} of its suggestions were dropped" if reading.dropped else "it proposed none"
+            fallback = f"{self.name} backend ({self._where()}): no usable repair from the model ({why})"
+            fallback += "; the rules engine's suggestions are given" if rules else "; the rules engine has none either"
+        return Answer(reading.diagnosis or rules_diagnosis, merge(reading.suggestions, rules), used, fallback, notes)
 
-    def _fallback(self, answer: Answer, failure: Exception) -> Answer:
-        reason = f"{self.name} backend failed: {failure}"
-        if self._key:
-            reason = reason.replace(self._key, "<redacted>")
-        answer.fallback_reason = reason
-        return answer
+    def _where(self) -> str:
+        return f"model {self.model} at {self.base_url}"
 
-    def _diagnosis(self, report: CrashReport) -> Diagnosis:
-        try:
-            prompt = render("diagnosis", report)
-        except PromptError as error:
-            raise LLMFailure(str(error)) from error
-        return _validated(Diagnosis, self._ask(prompt))
+    def _redact(self, text: str) -> str:
+        return text.replace(self._key, "<redacted>") if self._key else text
 
-    def _suggestions(self, prompt: str, kinds: set[SuggestionKind] | set[str]) -> list[Suggestion]:
-        found = _validated(_Suggestions, self._ask(prompt)).suggestions
-        wrong = [s.kind for s in found if s.kind not in kinds]
-        if wrong:
-            raise LLMFailure(f"the model answered kinds {wrong}, not one of {sorted(kinds)}")
-        return [s for s in found if s.kind in ("retry", "skip") or s.code.strip()]
+    def _ask(self, report: CrashReport, hint: Diagnosis, deadline: Deadline) -> tuple[str, list[str]]:
+        """The text of the model's reply (content or tool-call arguments), and notes on how it came."""
+        problem = self.problem()
+        if problem:
+            raise LLMFailure(problem)
+        chat = messages(report, hint)
+        started = time.monotonic()
+        completion, notes = asyncio.run(self._complete(chat, deadline))
+        usage = completion.usage
+        tokens = (
+            f" ({usage.prompt_tokens} tokens in, {usage.completion_tokens} out)" if usage and usage.total_tokens else ""
+        )
+        notes.insert(0, f"the model answered in {time.monotonic() - started:.1f} s{tokens}")
+        return _reply_text(completion, self.max_tokens), notes
 
-    def _ask(self, prompt: str) -> Any:
-        """The model's reply to `prompt`, parsed as a JSON object."""
-        if self._client is None:
-            raise LLMFailure("OPENAI_API_KEY is not set")
-        try:
-            completion = self._client.chat.completions.create(
-                model=self.model,
-                messages=[{"role": "system", "content": read("system")}, {"role": "user", "content": prompt}],
-                response_format={"type": "json_object"},
-                temperature=0,
+    async def _complete(self, chat: list[dict[str, str]], deadline: Deadline) -> tuple[ChatCompletion, list[str]]:
+        """One completion: adapting to what the endpoint rejects (remembered), retrying once if time allows."""
+        key = (self.base_url, self.model or "")
+        with _learnt_lock:
+            capabilities = _learnt.get(key, Capabilities())
+        notes: list[str] = []
+        retried = False
+        for _ in range(len(_FORMATS) + 3):  # each 400 teaches one thing; at most this many
+            try:
+                return await self._attempt(self._parameters(chat, capabilities), deadline), notes
+            except openai.APIStatusError as error:
+                if error.status_code in (400, 422):
+                    learnt = _adapt(capabilities, error)
+                    if learnt is None:
+                        raise LLMFailure(self._status(error)) from None
+                    notes.append(f"the endpoint rejected {_difference(capabilities, learnt)}: {_said(error)}")
+                    capabilities = learnt
+                    with _learnt_lock:
+                        _learnt[key] = learnt
+                    continue
+                if retried or not self._may_retry(error, deadline):
+                    raise LLMFailure(self._status(error)) from None
+            except openai.APITimeoutError:
+                raise LLMFailure(self._late(deadline)) from None  # its timeout is what was left of the deadline
+            except openai.APIConnectionError as error:
+                if retried or deadline.remaining() < _MIN_RETRY_SECONDS or deadline.cancelled:
+                    raise LLMFailure(f"cannot reach {self.base_url}: {_describe(error)}") from None
+            retried = True
+            notes.append("retried once after a failed attempt")
+            await asyncio.sleep(min(1.0, deadline.remaining() / 10))
+        raise LLMFailure("the endpoint kept rejecting the request's parameters")
+
+    def _parameters(self, chat: list[dict[str, str]], capabilities: Capabilities) -> dict[str, Any]:
+        parameters: dict[str, Any] = {"model": self.model, "messages": chat}
+        parameters[capabilities.tokens_parameter] = self.max_tokens
+        if capabilities.temperature:
+            parameters["temperature"] = 0
+        if capabilities.response_format == "json_schema":
+            schema = {"name": "daifu_repair", "strict": True, "schema": reply_schema()}
+            parameters["response_format"] = {"type": "json_schema", "json_schema": schema}
+        elif capabilities.response_format == "json_object":
+            parameters["response_format"] = {"type": "json_object"}
+        return parameters
+
+    async def _attempt(self, parameters: dict[str, Any], deadline: Deadline) -> ChatCompletion:
+        """One request, abandoned (its connection closed) when the deadline passes or is cancelled."""
+        margin = min(1.0, deadline.seconds / 10)  # time left to send the answer back
+        budget = deadline.remaining() - margin
+        if budget <= 0 or deadline.cancelled:
+            raise Cancelled() if deadline.cancelled else LLMFailure(self._late(deadline))
+        client = openai.AsyncOpenAI(
+            api_key=self._key or PLACEHOLDER_KEY,
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=budget,
+            http_client=openai.DefaultAsyncHttpxClient(verify=_tls()),
+        )
+        async with client:
+            call = asyncio.ensure_future(client.chat.completions.create(**parameters))
+            try:
+                while True:
+                    done, _ = await asyncio.wait({call}, timeout=_POLL)
+                    if done:
+                        return call.result()
+                    if deadline.cancelled:
+                        raise Cancelled()
+                    if deadline.remaining() <= margin:
+                        raise LLMFailure(self._late(deadline))
+            finally:
+                call.cancel()
+
+    def _late(self, deadline: Deadline) -> str:
+        return f"no reply within the crash's deadline of {deadline.seconds:g} s (DAIFU_BOT_DEADLINE)"
+
+    def _may_retry(self, error: openai.APIStatusError, deadline: Deadline) -> bool:
+        if error.status_code not in (408, 409, 429) and error.status_code < 500:
+            return False
+        wait = _retry_after(error)
+        return not deadline.cancelled and deadline.remaining() - wait >= _MIN_RETRY_SECONDS
+
+    def _status(self, error: openai.APIStatusError) -> str:
+        said = _said(error)
+        if error.status_code == 404 and self.model and self.model in said:
+            return f"HTTP 404: {said} (check DAIFU_OPENAI_MODEL)"
+        if error.status_code == 404 and not urlsplit(self.base_url).path.rstrip("/").endswith("/v1"):
+            return (
+                f"HTTP 404 for {self.base_url}/chat/completions ({said}): OpenAI-compatible servers answer under "
+                f"/v1; set DAIFU_OPENAI_BASE_URL to {self.base_url}/v1"
             )
-        except openai.APITimeoutError as error:
-            raise LLMFailure("the request timed out") from error
-        except openai.APIStatusError as error:
-            raise LLMFailure(f"HTTP {error.status_code} from the model's endpoint") from error
-        except openai.OpenAIError as error:
-            raise LLMFailure(f"{type(error).__name__}: {error}") from error
-        except PromptError as error:
-            raise LLMFailure(str(error)) from error
-        content = completion.choices[0].message.content if completion.choices else None
-        if not content:
-            raise LLMFailure("the model's reply was empty")
-        try:
-            return json.loads(content)
-        except json.JSONDecodeError as error:
-            raise LLMFailure(f"the model's reply is not JSON ({error.msg} at character {error.pos})") from error
+        if error.status_code == 401:
+            return f"HTTP 401: {said} (check OPENAI_API_KEY)"
+        return f"HTTP {error.status_code}: {said}"
 
 
-def _validated(model: type[Any], data: Any) -> Any:
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS context of every call, made once: loading the system's certificates takes 0.1 s."""
+    return ssl.create_default_context()
+
+
+def _reply_text(completion: ChatCompletion, max_tokens: int) -> str:
+    """The reply's text; `LLMFailure` for a refusal, a filtered or empty reply, or one cut at the limit."""
+    if not completion.choices:
+        raise LLMFailure("the endpoint's reply has no choices")
+    choice = completion.choices[0]
+    message = choice.message
+    if getattr(message, "refusal", None):
+        raise LLMFailure(f"the model refused: {str(message.refusal)[:300]!r}")
+    text = message.content or ""
+    if not text.strip() and message.tool_calls:
+        text = getattr(getattr(message.tool_calls[0], "function", None), "arguments", "") or ""
+    if not text.strip() and message.function_call:
+        text = message.function_call.arguments or ""
+    if choice.finish_reason == "content_filter":
+        raise LLMFailure("the endpoint's content filter stopped the reply")
+    if choice.finish_reason == "length" and not _holds_answer(text):
+        raise LLMFailure(
+            f"the reply was cut off at the {max_tokens}-token limit (finish_reason=length) before its JSON "
+            "was complete; raise DAIFU_OPENAI_MAX_TOKENS if the model thinks at length"
+        )
+    if not text.strip():
+        raise LLMFailure("the model's reply was empty")
+    return text
+
+
+def _holds_answer(text: str) -> bool:
+    """Whether a reply cut at the token limit still holds a whole answer object (the cut was after it)."""
     try:
-        return model.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the reply"
-        raise LLMFailure(f"the model's reply does not match the schema: {where}: {first['msg']}") from error
+        return bool(read_object(text))
+    except ReplyError:
+        return False
+
+
+def _adapt(capabilities: Capabilities, error: openai.APIStatusError) -> Capabilities | None:
+    """What to send instead after a 400 naming a parameter we chose; `None` if the 400 is about something else."""
+    body = error.body if isinstance(error.body, dict) else {}
+    said = f"{body.get('param') or ''} {_said(error)}".lower()
+    if capabilities.response_format != "text" and any(
+        word in said for word in ("response_format", "json_schema", "json_object", "structured output", "schema")
+    ):
+        following = _FORMATS[_FORMATS.index(capabilities.response_format) + 1]
+        return replace(capabilities, response_format=following)
+    if capabilities.tokens_parameter == "max_tokens" and "max_tokens" in said:
+        return replace(capabilities, tokens_parameter="max_completion_tokens")
+    if capabilities.temperature and "temperature" in said:
+        return replace(capabilities, temperature=False)
+    return None
+
+
+def _difference(old: Capabilities, new: Capabilities) -> str:
+    if old.response_format != new.response_format:
+        fallback = "plain text" if new.response_format == "text" else f"`{new.response_format}`"
+        return f"response_format `{old.response_format}` (now asking for {fallback})"
+    if old.tokens_parameter != new.tokens_parameter:
+        return "`max_tokens` (now sending `max_completion_tokens`)"
+    return "`temperature` (now sending none)"
+
+
+def _said(error: openai.APIStatusError) -> str:
+    """The endpoint's own error message, from whichever shape its error body has."""
+    body = error.body
+    if isinstance(body, dict):
+        for key in ("message", "detail", "error"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return value[:500]
+            if isinstance(value, dict) and isinstance(value.get("message"), str):
+                return str(value["message"])[:500]
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500]
+    try:
+        text = error.response.text.strip()
+    except Exception:  # a streamed body already closed
+        text = ""
+    return text[:500] or "no message"
+
+
+def _retry_after(error: openai.APIStatusError) -> float:
+    try:
+        return min(30.0, float(error.response.headers.get("retry-after", "0")))
+    except ValueError:
+        return 0.0
+
+
+def _describe(error: Exception) -> str:
+    cause = error.__cause__
+    detail = f"{type(cause).__name__}: {cause}" if cause and str(cause) else str(error)
+    return detail[:300]

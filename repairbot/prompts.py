@@ -1,18 +1,33 @@
-"""The LLM prompts: template files in `prompts/`, filled in from a crash report.
+"""The LLM prompt: one request per crash, from template files in `prompts/` filled in from the report.
 
 The folder is `$DAIFU_PROMPTS_DIR` if set, else `prompts/` beside the `repairbot` package, so a
-user can tune the wording without touching code. Templates use `string.Template` (`$name`).
+user can tune the wording without touching code. Templates use `string.Template` (`$name`):
+`system.txt` is the system message, `repair.txt` the user message.
+
+Everything the model needs is sent once: the numbered source of the paused function (and of the
+callee where the crash happened below it), the live values with the facts the rules engine reads
+(shapes, dtypes, contiguity, layer sizes, paths), what was tried at this site, and the rules
+engine's own diagnosis as a hint. Sizes are bounded so a crash costs about 2k tokens.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from string import Template
+from typing import Any
 
-from repairbot.protocol import CrashReport, Frame
+from repairbot.protocol import CrashReport, Frame, Variable
+from repairbot.protocol import Diagnosis
+from repairbot.rules.context import Context
 
-_MAX_VARIABLES = 12_000
+CATEGORIES = ("api_misuse", "tensor_mismatch", "out_of_memory", "path", "exceptional_data", "transient", "unknown")
+MAX_LISTING_LINES = 120
+"""A longer function is shown around the paused line only."""
+MAX_VARIABLES_CHARS = 4000
+MAX_MESSAGE_CHARS = 1500
+MAX_TRIED = 5
 
 
 class PromptError(RuntimeError):
@@ -26,7 +41,7 @@ def prompts_dir() -> Path:
 
 
 def read(name: str) -> str:
-    """The text of template `name` (`system`, `diagnosis`, `surgery`, `action`, `patch`)."""
+    """The text of template `name` (`system`, `repair`)."""
     path = prompts_dir() / f"{name}.txt"
     try:
         return path.read_text(encoding="utf-8")
@@ -34,56 +49,147 @@ def read(name: str) -> str:
         raise PromptError(f"Prompt template {str(path)!r} cannot be read: {error.strerror}.") from error
 
 
-def render(name: str, report: CrashReport, diagnosis: str = "", site: Frame | None = None) -> str:
-    """Template `name` filled in from `report`, the diagnosis so far, and the frame to patch."""
+def messages(report: CrashReport, hint: Diagnosis | None = None) -> list[dict[str, str]]:
+    """The chat messages asking for a diagnosis and repairs of `report`.
+
+    hint: the rules engine's diagnosis, shown to the model as an offline analysis.
+    """
+    return [
+        {"role": "system", "content": read("system").strip()},
+        {"role": "user", "content": render("repair", values(report, hint))},
+    ]
+
+
+def render(name: str, values: dict[str, str]) -> str:
     try:
-        return Template(read(name)).substitute(_values(report, diagnosis, site))
+        return Template(read(name)).substitute(values).strip() + "\n"
     except (KeyError, ValueError) as error:
         raise PromptError(
             f"Prompt template {name!r} in {str(prompts_dir())!r} has an unknown or malformed placeholder: {error}."
         ) from error
 
 
-def _values(report: CrashReport, diagnosis: str, site: Frame | None) -> dict[str, str]:
-    f, e = report.function, report.exception
-    values = {
-        "exception_type": e.type,
-        "exception_message": e.message,
-        "exception_chain": "".join(f"({link.relation}: {link.type}: {link.message})\n" for link in e.chain),
+def values(report: CrashReport, hint: Diagnosis | None = None) -> dict[str, str]:
+    """What the placeholders of `repair.txt` stand for."""
+    f, ctx = report.function, Context(report)
+    return {
+        "exception": _exception(report),
         "filename": f.filename,
         "qualname": f.qualname,
         "lineno": str(f.lineno),
-        "statement": f.statement.rstrip(),
-        "numbered_source": numbered(f.source, f.first_lineno, f.lineno),
-        "frames": "\n".join(
-            f"  {fr.filename}:{fr.lineno} in {fr.function}: {fr.code}" + (" [library]" if fr.library else "")
-            for fr in report.frames
-        ),
-        "variables": _variables(report.variables),
-        "diagnosis": diagnosis,
+        "listing": numbered(f.source, f.first_lineno, f.lineno),
+        "callee": "" if ctx.at_function else _callee(ctx.site),
+        "stack": _stack(report.frames),
+        "variables": variables(report.variables, _mentioned(f.statement, f.source)),
+        "tried": _tried(report),
+        "hints": _hint(hint),
+        "categories": ", ".join(f'"{c}"' for c in CATEGORIES),
     }
-    site = site or report.frames[-1]
-    values.update(
-        callee=site.qualname or site.function,
-        callee_filename=site.filename,
-        callee_lineno=str(site.lineno),
-        callee_line=site.code,
-        callee_source=numbered(site.source or "", site.first_lineno or 1, site.lineno)
-        if site.source
-        else "(unavailable)",
-        callee_variables=_variables(site.locals),
-    )
-    return values
 
 
 def numbered(source: str, first_lineno: int, mark: int) -> str:
-    """Source with file line numbers, the line `mark` flagged with `>>`."""
-    return "\n".join(
-        f"{'>>' if first_lineno + i == mark else '  '} {first_lineno + i:5d}  {line}"
-        for i, line in enumerate(source.splitlines())
+    """Source with file line numbers, line `mark` flagged with `>>`; a long one shown around `mark`."""
+    lines = source.splitlines()
+    shown = range(len(lines))
+    if len(lines) > MAX_LISTING_LINES:
+        centre = mark - first_lineno
+        low = max(0, min(centre - MAX_LISTING_LINES // 2, len(lines) - MAX_LISTING_LINES))
+        shown = range(low, low + MAX_LISTING_LINES)
+    text = [f"{'>>' if first_lineno + i == mark else '  '}{first_lineno + i:>4}  {lines[i]}".rstrip() for i in shown]
+    if shown.start > 0:
+        text.insert(0, f"  ... ({shown.start} lines above not shown)")
+    if shown.stop < len(lines):
+        text.append(f"  ... ({len(lines) - shown.stop} lines below not shown)")
+    return "\n".join(text)
+
+
+def _exception(report: CrashReport) -> str:
+    e = report.exception
+    text = [f"{e.type}: {_cut(e.message, MAX_MESSAGE_CHARS)}"]
+    text += [
+        f"({'caused by' if link.relation == 'cause' else 'while handling'} {link.type}: {_cut(link.message, 300)})"
+        for link in e.chain
+    ]
+    return "\n".join(text)
+
+
+def _callee(site: Frame) -> str:
+    listing = numbered(site.source or "", site.first_lineno or 1, site.lineno)
+    name = site.qualname or site.function
+    return (
+        f"\nIt raised below, in `{name}` (line {site.lineno} of {site.filename}), which it calls; "
+        f"an edit may change this function too:\n{listing}\n"
+        f"Live values in `{name}`:\n{variables(site.locals, _mentioned(site.code, site.source or ''))}\n"
     )
 
 
-def _variables(variables: dict) -> str:  # type: ignore[type-arg]
-    text = "\n".join(f"  {name}: {v.text}" for name, v in variables.items())
-    return text[:_MAX_VARIABLES] or "  (none)"
+def _stack(frames: list[Frame]) -> str:
+    """The user's frames, and the last library frame: where the exception was raised."""
+    shown = [f for f in frames if not f.library]
+    if frames and frames[-1].library:
+        shown.append(frames[-1])
+    return "\n".join(
+        f"  {_short(f.filename) if f.library else f.filename}:{f.lineno} in {f.function}: {f.code}"
+        + (" [library]" if f.library else "")
+        for f in shown
+    )
+
+
+def _short(filename: str) -> str:
+    """A library file's path from its package down (`torch/nn/modules/linear.py`): the rest is noise."""
+    return re.sub(r"^.*[/\\](?:site|dist)-packages[/\\]", "", filename)
+
+
+def _mentioned(statement: str, source: str) -> list[str]:
+    """Names in the statement, then in the rest of the source, in order, each once."""
+    names = re.findall(r"[A-Za-z_]\w*", statement) + re.findall(r"[A-Za-z_]\w*", source)
+    return list(dict.fromkeys(names))
+
+
+def variables(found: dict[str, Variable], order: list[str]) -> str:
+    """One line per value, those the statement uses first, bounded in size."""
+    ranked = [n for n in order if n in found] + [n for n in found if n not in order]
+    text: list[str] = []
+    size = 0
+    for name in ranked:
+        line = f"  {name}: {_one_line(found[name].text)}{_facts(found[name].facts)}"
+        if size + len(line) > MAX_VARIABLES_CHARS:
+            text.append(f"  ... ({len(ranked) - len(text)} more not shown)")
+            break
+        text.append(line)
+        size += len(line) + 1
+    return "\n".join(text) or "  (none)"
+
+
+def _facts(facts: dict[str, Any]) -> str:
+    """The facts a value's text does not already say: contiguity, layer sizes, near file names."""
+    extra = []
+    if facts.get("contiguous") is False:
+        extra.append("not contiguous")
+    if facts.get("linears"):
+        extra.append("layers " + ", ".join(f"{p or '(self)'}: {i}->{o}" for p, i, o in facts["linears"][:8]))
+    if facts.get("close"):
+        extra.append(f"near names {facts['close']}")
+    return f" [{'; '.join(extra)}]" if extra else ""
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def _tried(report: CrashReport) -> str:
+    if not report.tried:
+        return ""
+    lines = [f"  {_cut(_one_line(a.decision), 300)} -> {_one_line(a.outcome)}" for a in report.tried[-MAX_TRIED:]]
+    return "\nAlready tried at this line (oldest first); do not propose these again:\n" + "\n".join(lines) + "\n"
+
+
+def _hint(hint: Diagnosis | None) -> str:
+    if hint is None or hint.category == "unknown":
+        return ""
+    first = hint.explanation.split("\n")[0]
+    return f"\nDaiFu's offline rules say ({hint.category}): {first}\n"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

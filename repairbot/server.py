@@ -11,7 +11,8 @@ from collections.abc import Callable
 import uvicorn
 
 from repairbot.app import create_app
-from repairbot.backends import Backend
+from repairbot.backends import Backend, make_backend
+from repairbot.deadline import server_default
 
 
 class _ThreadServer(uvicorn.Server):
@@ -21,9 +22,26 @@ class _ThreadServer(uvicorn.Server):
         pass
 
 
-def serve(host: str = "127.0.0.1", port: int = 8765, backend: str = "rules", token: str | None = None) -> None:
-    """Serve the repair bot until interrupted (Ctrl-C). Loopback by default: reports hold code."""
-    uvicorn.run(create_app(backend, token=token), host=host, port=port, log_level="info")
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    backend: str = "rules",
+    token: str | None = None,
+    deadline: float | None = None,
+) -> None:
+    """Serve the repair bot until interrupted (Ctrl-C). Loopback by default: reports hold code.
+
+    Raises `ValueError` before listening when the backend cannot work as configured (the message
+    says what to set) or the deadline is not a positive number of seconds.
+    """
+    chosen = make_backend(backend)
+    info = chosen.info()
+    if not info.available:
+        raise ValueError(f"the {backend} backend cannot work: {info.detail}")
+    seconds = deadline if deadline is not None else server_default()
+    if not 0 < seconds <= 3600:
+        raise ValueError(f"--deadline {seconds:g}: expected a number of seconds between 0 and 3600")
+    uvicorn.run(create_app(chosen, token=token, deadline=seconds), host=host, port=port, log_level="info")
 
 
 def start_in_thread(

@@ -701,11 +701,11 @@ class CountingRules(RulesBackend):
         self.calls = 0
         self._lock = threading.Lock()
 
-    def suggest(self, report: Any) -> Answer:
+    def suggest(self, report: Any, deadline: Any = None) -> Answer:
         with self._lock:
             self.calls += 1
         time.sleep(0.3)  # both requests are in flight while the first is computed
-        return super().suggest(report)
+        return super().suggest(report, deadline)
 
 
 def test_identical_reports_sent_concurrently_cost_one_backend_call() -> None:

@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=("rules", "openai"), default="rules", help="who diagnoses (default: rules)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
+    serve.add_argument(
+        "--deadline",
+        type=float,
+        help="most seconds spent on one crash, model call included (default: $DAIFU_BOT_DEADLINE or 45)",
+    )
     serve.set_defaults(handler=_serve)
     demo = commands.add_parser("demo", help="a short crash-and-repair demonstration", description="Run the demo.")
     demo.set_defaults(handler=_demo)
@@ -165,9 +170,12 @@ def _sent_report(entry: dict[str, Any], folder: Path) -> str | None:
 def _serve(args: argparse.Namespace) -> int:
     try:  # the server and its dependencies load only for this command
         from repairbot.server import serve
+
+        serve(host=args.host, port=args.port, backend=args.backend, deadline=args.deadline)
     except ImportError as missing:
         return _missing("the repair bot server", missing)
-    serve(host=args.host, port=args.port, backend=args.backend)
+    except ValueError as error:  # a backend that cannot work as configured, a malformed deadline
+        return _usage_error(f"daifu serve: {error}")
     return 0
 
 

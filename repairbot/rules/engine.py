@@ -22,7 +22,7 @@ def analyse(report: CrashReport) -> tuple[Diagnosis, list[Suggestion]]:
         category=finding.category,
         culprit=ctx.culprit(_reason(ctx)),
         explanation=f"{finding.explanation}\n{explain_traceback(ctx)}",
-    ), finding.suggestions
+    ), [s.model_copy(update={"origin": "rules"}) for s in finding.suggestions]
 
 
 def _unknown(ctx: Context) -> Finding:
