@@ -39,6 +39,8 @@ class Settings:
     bot_url: the repair bot's base URL; `None` means the embedded rules engine, in-process.
     max_attempts: repairs allowed at one site without progress before falling back to `Raise`.
     workspace: the folder for workspace files and the JSON-lines record.
+    max_trials: candidate repairs tried on a sandboxed copy of the run, per crash, at most.
+    trial_seconds: the time one trial may take before it is stopped.
     """
 
     mode: str = "interactive"
@@ -46,6 +48,8 @@ class Settings:
     bot_url: str | None = None
     max_attempts: int = 3
     workspace: Path = Path("daifu_workspace")
+    max_trials: int = 4
+    trial_seconds: float = 5.0
 
 
 _ENV = {
@@ -54,6 +58,8 @@ _ENV = {
     "bot_url": "DAIFU_REPAIRBOT_URL",
     "max_attempts": "DAIFU_MAX_ATTEMPTS",
     "workspace": "DAIFU_WORKSPACE",
+    "max_trials": "DAIFU_MAX_TRIALS",
+    "trial_seconds": "DAIFU_TRIAL_SECONDS",
 }
 _given: dict[str, Any] = {}
 _policy: list[Callable[..., Any] | None] = [None]
@@ -64,14 +70,22 @@ def _checked(name: str, value: Any, source: str) -> Any:
         raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(MODES)}.")
     if name == "approve" and value not in APPROVALS:
         raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(APPROVALS)}.")
-    if name == "max_attempts":
+    if name in ("max_attempts", "max_trials"):
         try:
             number = int(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{source} has value {value!r}: not a whole number.") from None
-        if number < 1:
-            raise ConfigError(f"{source} has value {value!r}: it must be at least 1.")
+        if number < (1 if name == "max_attempts" else 0):
+            raise ConfigError(f"{source} has value {value!r}: it must be at least {1 if name == 'max_attempts' else 0}.")
         return number
+    if name == "trial_seconds":
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source} has value {value!r}: not a number of seconds.") from None
+        if not 0 < seconds <= 3600:
+            raise ConfigError(f"{source} has value {value!r}: it must be between 0 and 3600 seconds.")
+        return seconds
     if name == "workspace":
         return Path(value)
     if name == "bot_url" and value is not None and not str(value).startswith(("http://", "https://")):

@@ -120,7 +120,7 @@ def fingerprint(report: CrashReport) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
-SuggestionKind = Literal["surgery", "action", "patch_function", "retry", "skip"]
+SuggestionKind = Literal["surgery", "action", "patch_function", "retry", "skip", "skip_iteration"]
 
 
 class CrashRequest(BaseModel):
@@ -154,13 +154,14 @@ class Diagnosis(BaseModel):
 
 
 class Suggestion(BaseModel):
-    """One proposed repair, in the terms of `daifu.decisions`.
+    """One proposed repair, in the terms of `daifu.core.decisions`.
 
     surgery: `code` is the whole new `def` of the vaccinated function.
     action: `code` runs in the faulty frame (its locals and globals), then the statement reruns.
-    patch_function: `code` is the whole new `def` of a callee, reached from the faulty frame by
-        the expression `target`; the client turns it into an action that swaps the code in place.
-    retry / skip: no code.
+    patch_function: `code` is the whole new `def` of a callee, named by `target`
+        (`module:qualname`, or `sys.modules['module'].qualname`); its code is replaced in place.
+    retry / skip / skip_iteration: no code. `skip` leaves the faulty statement out (the names it
+        assigns keep stale values); `skip_iteration` leaves the rest of the loop's iteration out.
     origin: who proposed it: `model` (a language model, through the service's checks) or `rules`
         (the embedded rules engine); `None` from servers that predate the field.
     """

@@ -3,7 +3,7 @@
 A `Case` runs its program until it crashes, builds the report the runtime would send, and can
 tell whether a suggestion fixes the crash by doing what the runtime does with it: a surgery is
 compiled in the program's module and called again with the same arguments; a patch of a callee
-is swapped into the live function (through `daifu.automatic.patch_action`); an action runs in the
+is swapped into the live function (through `daifu.core.patch.patch_function`); an action runs in the
 crashed frame's namespace and the faulty statement runs after it.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import tests.llmcrashes as programs
-from daifu.decide.automatic import patch_action
+from daifu.core.patch import patch_function, resolve
 from daifu.core.crash import Crash
 from repairbot.protocol import CrashReport
 from daifu.report.build import build_report, function_info
@@ -54,7 +54,7 @@ class Case:
         if suggestion.kind == "surgery":
             return check_surgery(suggestion.code, function_info(self.crash), names=names)
         if suggestion.kind == "patch_function":
-            return check_action(patch_action(suggestion.code, suggestion.target or ""))
+            return check_action(suggestion.code) if resolve(suggestion.target or "") else Verdict(("no target",))
         if suggestion.kind == "action":
             verdict = check_action(suggestion.code)
             return verdict if not verdict.ok else check_safety(suggestion.code)
@@ -82,10 +82,10 @@ class Case:
 
     def _patched(self, suggestion: Suggestion) -> bool:
         """Swap the callee's code in place (as the client's action does), rerun, restore."""
-        target = eval(suggestion.target or "", {"sys": __import__("sys")})
+        target = resolve(suggestion.target or "")
         saved = target.__code__
         try:
-            exec(patch_action(suggestion.code, suggestion.target or ""), dict(self.function.__globals__))
+            patch_function(target, suggestion.code)
             self.function(*self.make_args())
         except Exception:
             return False

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from daifu.decide.automatic import decide, patch_action, to_decision
+from daifu.core.patch import PatchRefused, patch_function, resolve
+from daifu.decide.automatic import decide, to_decision
 from daifu.decide.botclient import ask_bot
 from daifu.config import Settings
-from daifu.core.decisions import Action, Retry, Skip, Surgery
+from daifu.core.decisions import Action, Patch, Retry, Skip, SkipIteration, Surgery
 from repairbot.protocol import fingerprint
 from repairbot.protocol import FunctionInfo
 from daifu.report.build import build_report
@@ -150,28 +151,34 @@ def test_suggestions_become_decisions() -> None:
     assert to_decision(make("surgery", "def f(): pass")) == Surgery("def f(): pass")
     assert to_decision(make("action", "x = 1")) == Action("x = 1")
     assert to_decision(make("retry")) == Retry() and to_decision(make("skip")) == Skip()
-    patch = to_decision(make("patch_function", "    @cache\n    def f(self):\n        return 2\n"))
-    assert isinstance(patch, Action) and check_action(patch.code) and check_safety(patch.code)
-    assert "def _daifu_patch_f(self):" in patch.code and "@cache" not in patch.code
+    assert to_decision(make("skip_iteration")) == SkipIteration()
+    code = "    @cache\n    def f(self):\n        return 2\n"
+    assert to_decision(make("patch_function", code)) == Patch("sys.modules['m'].f", code)
 
 
-def test_patch_action_swaps_the_code_in_place() -> None:
-    def helper() -> int:
-        return 1
+def helper() -> int:
+    return 1
 
-    namespace = {"helper": helper}
-    exec(patch_action("def helper():\n    return 2\n", "helper"), {}, namespace)
-    assert helper() == 2 and set(namespace) == {"helper", "sys"}
+
+def test_a_patch_swaps_the_code_of_the_named_function_in_place() -> None:
+    original = helper.__code__
+    try:
+        patch_function(resolve(f"{__name__}:helper"), "def helper() -> int:\n    return 2\n")
+        assert helper() == 2 and helper.__code__.co_filename.endswith("(patch 1)") is not None
+        with pytest.raises(PatchRefused, match="parameters"):
+            patch_function(helper, "def helper(x):\n    return x\n")
+    finally:
+        helper.__code__ = original
 
 
 def settings(tmp_path: Path, approve: str) -> Settings:
     return Settings(mode="automatic", approve=approve, workspace=tmp_path / "ws")
 
 
-def test_auto_approval_takes_the_best_valid_safe_suggestion(tmp_path: Path) -> None:
-    crash = crash_from(halves, [1, 2, 3, 4])
+def test_without_a_trial_auto_applies_only_what_cannot_discard_state(tmp_path: Path) -> None:
+    crash = crash_from(halves, [1, 2, 3, 4])  # a crash with no live run: no trial can be made
     decision = decide(crash, settings(tmp_path, "auto"))
-    assert isinstance(decision, Surgery) and "xs[:int(n)]" in decision.source
+    assert decision == Action("n = int(n)")  # rebinds a plain local; the surgery edits a statement
     assert crash.tried[-1][0] == repr(decision)
 
 
@@ -180,8 +187,9 @@ def test_a_repair_that_did_not_hold_is_not_offered_again(tmp_path: Path) -> None
     first = decide(crash, settings(tmp_path, "auto"))
     again = crash_from(halves, [1, 2, 3, 4])
     again.tried = list(crash.tried)
-    second = decide(again, settings(tmp_path, "auto"))
-    assert second is not None and second != first
+    assert decide(again, settings(tmp_path, "auto")) is None  # only the untried surgery is left, and it needs a trial
+    offered = json.loads((tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()[-1])
+    assert [s["kind"] for s in offered["suggestions"]] == ["surgery"] and first == Action("n = int(n)")
 
 
 def test_never_records_and_returns_none(tmp_path: Path) -> None:

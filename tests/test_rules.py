@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.botfixtures import crash_from, run_action_then_statement, surgery_function
-from daifu.decide.automatic import patch_action
+from daifu.core.patch import patch_function, resolve
 from daifu.report.build import build_report
 from repairbot.protocol import Suggestion
 from repairbot.rules import analyse
@@ -314,9 +314,8 @@ def test_fault_in_a_callee_patches_the_callee() -> None:
     assert "items[:int(count)]" in patch.code and patch.target == f"sys.modules[{__name__!r}].head_of"
     original = head_of.__code__
     try:
-        action = patch.model_copy(update={"kind": "action", "code": patch_action(patch.code, patch.target)})
-        namespace = run_action_then_statement(action, crash, take_half)
-        assert namespace["first_half"] == [1, 2]
+        patch_function(resolve(patch.target), patch.code)
+        assert take_half([1, 2, 3, 4]) == [1, 2]
     finally:
         head_of.__code__ = original
 

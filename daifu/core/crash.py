@@ -12,6 +12,12 @@ from collections.abc import Callable, Mapping
 from daifu.core.bounded import TimedOut, bounded, describe
 
 
+def _no_trial() -> Any:
+    from daifu.core.trial import Outcome, Verdict
+
+    return Verdict(Outcome.UNAVAILABLE, detail="this crash has no live run to try a repair on")
+
+
 @dataclass
 class Crash:
     """One intercepted crash, described in the user's own file and line numbers.
@@ -43,7 +49,7 @@ class Crash:
     frame: FrameType | None = None
     tried: list[tuple[str, str]] = field(default_factory=list)
     check: Callable[[Any], str | None] = field(default=lambda decision: None, repr=False)
-    trial: Callable[..., Any] = field(default=lambda decision, seconds=None: None, repr=False)
+    trial: Callable[..., Any] = field(default=lambda decision, seconds=None: _no_trial(), repr=False)
     globals: Mapping[str, Any] = field(default_factory=dict, repr=False)
     entry: Any = field(default=None, repr=False)
     edited_locals: Mapping[str, Any] | None = field(default=None, repr=False)

@@ -65,25 +65,39 @@ class Surgery:
 
 
 @dataclass(frozen=True)
+class Patch:
+    """Give the function `target` (`module:qualname`, a function the crashed statement called) the
+    code of `source` (its whole new `def`), in place, then run the faulty statement again.
+
+    Every reference to the function follows (its code is swapped, as live-update tools do); it
+    keeps its name, parameters, defaults and closure, which the new source may not change.
+    """
+
+    target: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Raise:
     """Give up: the original exception propagates with its original traceback."""
 
 
-Decision = Retry | Skip | SkipIteration | Action | Surgery | Raise
-DECISION_TYPES: tuple[type, ...] = (Retry, Skip, SkipIteration, Action, Surgery, Raise)
+Decision = Retry | Skip | SkipIteration | Action | Surgery | Patch | Raise
+DECISION_TYPES: tuple[type, ...] = (Retry, Skip, SkipIteration, Action, Surgery, Patch, Raise)
 
 PLAY_NAMES: dict[type, str] = {
     Surgery: "Surgery",
     Action: "Action",
     Skip: "Pass",
     SkipIteration: "SkipIteration",
+    Patch: "Patch",
     Retry: "Retry",
     Raise: "Raise",
 }
 """The name each decision is stored under: the prototype's play names, plus DaiFu's own."""
 
 _BY_NAME: dict[str, type] = {name: kind for kind, name in PLAY_NAMES.items()}
-REPLAYABLE = ("Surgery", "Action", "Pass", "Retry", "SkipIteration")
+REPLAYABLE = ("Surgery", "Action", "Pass", "Retry", "SkipIteration", "Patch")
 """Play names a record may ask to replay (`Raise` is the absence of a repair)."""
 
 
@@ -102,33 +116,41 @@ def play_name(decision: Decision) -> str:
 
 
 def code_of(decision: Decision) -> str | None:
-    """The code a decision carries: an action's statements or a surgery's new source."""
-    if isinstance(decision, Surgery):
+    """The code a decision carries: an action's statements, a surgery's or a patch's new source."""
+    if isinstance(decision, (Surgery, Patch)):
         return decision.source
     if isinstance(decision, Action):
         return decision.code
     return None
 
 
-def from_play(name: str, code: str | None) -> Decision:
-    """The decision stored as play `name` with `code` (surgery and action need their code)."""
+def from_play(name: str, code: str | None, target: str | None = None) -> Decision:
+    """The decision stored as play `name` with `code` (surgery, action and patch need their code,
+    a patch its `target`)."""
     kind = _BY_NAME.get(name)
     if kind is None:
         raise BadDecision(f"unknown play {name!r}; known: {', '.join(PLAY_NAMES.values())}")
-    if kind in (Surgery, Action):
+    if kind in (Surgery, Action, Patch):
         if not isinstance(code, str) or not code.strip():
             raise BadDecision(f"the {name} play has no code")
+        if kind is Patch:
+            if not isinstance(target, str) or not target:
+                raise BadDecision("the Patch play names no function to patch")
+            return Patch(target, code)
         return Surgery(code) if kind is Surgery else Action(code)
     return kind()  # type: ignore[no-any-return]
 
 
 def to_data(decision: Decision) -> dict[str, Any]:
-    """`decision` as JSON-ready data: `{"play": name, "code": code or None}`."""
-    return {"play": play_name(decision), "code": code_of(decision)}
+    """`decision` as JSON-ready data: `{"play": name, "code": code or None}` (and a patch's `target`)."""
+    data: dict[str, Any] = {"play": play_name(decision), "code": code_of(decision)}
+    if isinstance(decision, Patch):
+        data["target"] = decision.target
+    return data
 
 
 def from_data(data: Any) -> Decision:
     """The decision `to_data` wrote; `BadDecision` for anything else."""
     if not isinstance(data, dict):
         raise BadDecision(f"a stored decision must be an object, not {type(data).__name__}")
-    return from_play(str(data.get("play")), data.get("code"))
+    return from_play(str(data.get("play")), data.get("code"), data.get("target"))

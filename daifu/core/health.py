@@ -7,8 +7,10 @@ holds. At the end of the trial, `examine` says:
 
 - which of them were discarded: the name now holds another object (a re-created model or
   optimizer), or the object holds other parameter tensors (a re-created layer);
-- where non-finite values appeared: floating tensors among the locals, the parameters and
-  gradients of each module, the state of each optimizer;
+- where non-finite values appeared in the trained state (the parameters and gradients of each
+  module, the state of each optimizer) that was finite before: the run is spoilt;
+- which locals hold non-finite floating tensors (often the bad batch itself, passed over: a fact,
+  not a failure);
 - the loss before (the last value computed before the crash) and after, for scalar locals whose
   name says "loss".
 
@@ -17,6 +19,7 @@ PyTorch is looked at only when the program imported it.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,12 +31,14 @@ _LOOK_INSIDE = 64
 
 @dataclass
 class Held:
-    """One module or optimizer, where it was found, and the identity of its parameter tensors."""
+    """One module or optimizer, where it was found, the identity of its parameter tensors, and
+    whether its state was all finite."""
 
     where: str
     obj: Any
     kind: str
     parameters: tuple[int, ...]
+    finite: bool = True
 
 
 @dataclass
@@ -49,6 +54,7 @@ class Health:
     """What `examine` found."""
 
     discarded: list[str] = field(default_factory=list)
+    spoilt: list[str] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)
     losses_before: dict[str, float] = field(default_factory=dict)
     losses_after: dict[str, float] = field(default_factory=dict)
@@ -65,7 +71,9 @@ def inventory(namespace: Mapping[str, Any]) -> Inventory:
         kind = _kind(torch, value)
         if kind is not None and id(value) not in seen:
             seen.add(id(value))
-            found.held.append(Held(where, value, kind, _parameter_ids(value, kind)))
+            held = Held(where, value, kind, _parameter_ids(value, kind))
+            held.finite = not _nonfinite_state(torch, held)
+            found.held.append(held)
     found.losses = _losses(torch, namespace)
     return found
 
@@ -82,12 +90,16 @@ def examine(before: Inventory, namespace: Mapping[str, Any] | None) -> Health:
             health.discarded.append(f"`{held.where}` re-created (a new {held.kind})")
         elif _parameter_ids(held.obj, held.kind) != held.parameters:
             health.discarded.append(f"the parameters of `{held.where}` replaced (new tensors)")
-        health.nonfinite += _nonfinite_state(torch, held)
+        if held.finite:
+            health.spoilt += _nonfinite_state(torch, held)
     for where, value in now.items():
         if isinstance(value, torch.Tensor) and value.is_floating_point() and not _finite(torch, value):
             health.nonfinite.append(f"`{where}`")
     if namespace is not None:
         health.losses_after = _losses(torch, namespace)
+    for name, value in health.losses_after.items():
+        if not math.isfinite(value) and math.isfinite(health.losses_before.get(name, math.nan)):
+            health.spoilt.append(f"`{name}` became {value}")
     return health
 
 

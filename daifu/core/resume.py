@@ -22,17 +22,18 @@ from dataclasses import dataclass
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
 from typing import Any, Protocol
 
-from daifu.core import trial
+from daifu.core import sandbox, trial
 from daifu.core.actions import ActionFailed, run_action
 from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of
 from daifu.core.compiling import compile_definition, future_flags, make_function, register_source
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Raise, Retry, Skip, SkipIteration, Surgery
+from daifu.core.decisions import Action, Decision, Patch, Raise, Retry, Skip, SkipIteration, Surgery
 from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.helpers import Helpers
 from daifu.core.locate import raising_position
+from daifu.core.patch import PatchRefused, patch_function, resolve
 from daifu.core.rewrite import CannotResume, Mode
-from daifu.core.surgery import SurgeryPlan, SurgeryRefused, plan_surgery
+from daifu.core.surgery import SurgeryPlan, SurgeryRefused, check_same_signature, plan_surgery
 from daifu.core.version import Version, build_version
 
 
@@ -167,6 +168,22 @@ class Vaccine:
     def current(self) -> Version:
         return self.versions[-1]
 
+    def replace_source(self, source: str) -> None:
+        """Install a new source while the function is not running (a patch from a caller's crash).
+
+        `PatchRefused` (nothing changed) when it does not compile or changes the signature.
+        """
+        number = len(self.versions)
+        filename = f"{self.filename} (patch {number})"
+        try:
+            new = self._build(source, self.current.first_lineno, filename)
+            check_same_signature(self.current.fdef, new.fdef)
+        except (SyntaxError, ValueError, SurgeryRefused) as error:
+            raise PatchRefused(f"cannot patch {self.qualname}: {error}") from None
+        register_source(filename, new.first_lineno, new.source)
+        with self._lock:
+            self._install(new)
+
     @property
     def plain(self) -> FunctionType:
         """The function as it was before vaccination (its original code), for comparisons."""
@@ -293,7 +310,7 @@ class Vaccine:
             plan = self._plan(decision.source, site)
             version, path = plan.version, plan.path
             mode = self._retry_mode(Site(version, path, site.header), namespace) if plan.same else Mode.AT
-        elif not isinstance(decision, (Retry, Action)):
+        elif not isinstance(decision, (Retry, Action, Patch)):
             raise RepairRefused(f"{decision!r} is not a DaiFu decision")
         try:
             code = self._continuation(version, path, mode, trial_run)
@@ -305,6 +322,11 @@ class Vaccine:
                 run_action(decision.code, namespace, local_names, self.function.__globals__, self.flags)
             except ActionFailed as failure:
                 raise RepairRefused(str(failure)) from None
+        if isinstance(decision, Patch):
+            try:
+                patch_function(resolve(decision.target), decision.source)
+            except PatchRefused as refusal:
+                raise RepairRefused(str(refusal)) from None
         if plan is not None:
             plan.carry(namespace)
             with self._lock:
@@ -371,17 +393,43 @@ class Vaccine:
         return None
 
     def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None) -> trial.Verdict:
-        """Try `decision` in a sandboxed copy of this process, through the real resume path."""
+        """Try `decision` in a sandboxed copy of this process, through the real resume path.
+
+        The trial watches the frame's locals and the module globals the function uses (a model
+        kept in a global is trained state too).
+        """
+        used = set(live.site.version.plain_code.co_names)
+        globals_ = self.function.__globals__
+
+        def view(frame: FrameType | None) -> dict[str, Any]:
+            seen = frame.f_globals if frame is not None else globals_
+            values = {name: seen[name] for name in used if name in seen}
+            values.update(_user_view(dict(frame.f_locals)) if frame is not None else {})
+            return values
 
         def run() -> Any:
             handover = self._prepare(decision, crash, _Live(live.site, dict(live.namespace), live.cells), True)
-            namespace = handover.start()
-            result = handover.continuation(namespace)
+            try:
+                result = handover.continuation(handover.start())
+            except sandbox.SandboxStop as stop:
+                stop.frame = self._own_frame(stop)
+                raise
             while isinstance(result, Handover):  # cannot happen: a trial ends at its first crash
                 result = result.continuation(result.start())
             return result
 
-        return trial.run(decision, run, live.namespace, seconds)
+        before = {**{name: globals_[name] for name in used if name in globals_}, **_user_view(live.namespace)}
+        return trial.run(decision, run, before, view, seconds)
+
+    def _own_frame(self, error: BaseException) -> FrameType | None:
+        """The deepest frame of this function's code in `error`'s traceback."""
+        found = None
+        tb = error.__traceback__
+        while tb is not None:
+            if id(tb.tb_frame.f_code) in self.units:
+                found = tb.tb_frame
+            tb = tb.tb_next
+        return found
 
     def _continuation(self, version: Version, path: Path, mode: Mode, trial_run: bool) -> CodeType:
         key = (version.number, path, mode, trial_run)

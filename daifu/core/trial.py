@@ -62,7 +62,8 @@ class Verdict:
     """What a trial found.
 
     detail: the exception (`Type: message`), the effect stopped, or why there was no trial.
-    where: the user's file:line of a raised exception. nonfinite: where non-finite values appeared.
+    where: the user's file:line of a raised exception. spoilt: the trained state (or loss) that
+    became non-finite; nonfinite: the locals holding non-finite values (often the bad batch itself).
     discarded: the trained state the repair threw away. losses_before/after: scalar losses (by
     name) before the crash and at the end of the trial. output: the end of what the copy printed.
     """
@@ -72,6 +73,7 @@ class Verdict:
     fork_ms: float = 0.0
     detail: str = ""
     where: str = ""
+    spoilt: tuple[str, ...] = ()
     nonfinite: tuple[str, ...] = ()
     discarded: tuple[str, ...] = ()
     losses_before: Mapping[str, float] = field(default_factory=dict)
@@ -81,7 +83,7 @@ class Verdict:
     @property
     def healthy(self) -> bool:
         """It got through (or stopped only at an effect) with every value finite."""
-        return self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT) and not self.nonfinite
+        return self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT) and not self.spoilt
 
     @property
     def passed(self) -> bool:
@@ -96,7 +98,8 @@ class Verdict:
         elif self.outcome is Outcome.STOPPED_AT_EFFECT:
             head = f"ran {took} up to {self.detail} (stopped there, not done)"
         elif self.outcome is Outcome.RAISED:
-            head = f"raised {self.detail}" + (f" at {self.where}" if self.where else "")
+            detail = self.detail if len(self.detail) <= 120 else self.detail[:117] + "..."
+            head = f"raised {detail}" + (f" at {self.where}" if self.where else "")
         elif self.outcome is Outcome.TIMED_OUT:
             head = f"still running after {took}: stopped"
         elif self.outcome is Outcome.DANGEROUS:
@@ -104,10 +107,11 @@ class Verdict:
         else:
             head = f"{self.outcome}: {self.detail}"
         parts = [head]
-        if self.losses_after:
+        ran = self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT)
+        if self.losses_after and ran:
             parts.append(", ".join(f"{name} {value:.4g}" for name, value in self.losses_after.items()))
-        if self.nonfinite:
-            parts.append(f"non-finite values in {', '.join(self.nonfinite[:3])}")
+        if self.spoilt:
+            parts.append(f"spoils the run: non-finite {', '.join(self.spoilt[:3])}")
         if self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT, Outcome.RAISED):
             parts.append(f"discards trained state: {'; '.join(self.discarded)}" if self.discarded else "state kept")
         return "trial: " + ", ".join(parts)
@@ -123,7 +127,7 @@ class Verdict:
         """The verdict `to_data` wrote (missing fields take their defaults)."""
         known = {name: data[name] for name in Verdict.__dataclass_fields__ if name in data}
         known["outcome"] = Outcome(known["outcome"])
-        for name in ("nonfinite", "discarded"):
+        for name in ("spoilt", "nonfinite", "discarded"):
             known[name] = tuple(known.get(name, ()))
         return Verdict(**known)
 
@@ -140,13 +144,21 @@ def unavailable() -> str | None:
     return sandbox.unavailable()
 
 
-def run(decision: Any, body: Callable[[], Any], namespace: Mapping[str, Any], seconds: float | None = None) -> Verdict:
-    """Try `decision` (carried out by `body`) in a sandboxed copy of this process."""
+View = Callable[[FrameType | None], Mapping[str, Any]]
+
+
+def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view: View,
+        seconds: float | None = None) -> Verdict:
+    """Try `decision` (carried out by `body`) in a sandboxed copy of this process.
+
+    `watched` are the values whose health the verdict reports (the crashed frame's locals, the
+    globals its function uses); `view(frame)` gives the same at the end of the trial.
+    """
     reason = unavailable()
     if reason is not None:
         return Verdict(Outcome.UNAVAILABLE, detail=reason)
     budget = seconds if seconds is not None else _configured_seconds()
-    before = health.inventory(namespace)
+    before = health.inventory(watched)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -159,7 +171,7 @@ def run(decision: Any, body: Callable[[], Any], namespace: Mapping[str, Any], se
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork in a multi-threaded process
         pid = os.fork()
     if pid == 0:
-        _child(read_end, write_end, capture.fileno(), body, before, started)  # never returns
+        _child(read_end, write_end, capture.fileno(), body, _Child(before, view, started))  # never returns
     forked = time.perf_counter()
     os.close(write_end)
     try:
@@ -228,6 +240,7 @@ class _Child:
     """The state of the process a trial runs in."""
 
     before: health.Inventory
+    view: View
     started: float
 
 
@@ -239,8 +252,7 @@ def active() -> bool:
     return bool(_CHILD)
 
 
-def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any], before: health.Inventory,
-           started: float) -> None:
+def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any], state: _Child) -> None:
     """The trial's copy of the process: sandbox, run, verdict, `os._exit`."""
     try:
         os.close(read_end)
@@ -248,37 +260,37 @@ def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any],
         os.dup2(capture, 1)  # the sandbox lets a trial write to these three descriptors only
         os.dup2(capture, 2)
         os.close(write_end)
-        _CHILD.append(_Child(before, started))
+        _CHILD.append(state)
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(1)  # an OpenMP pool does not survive fork: without this, a hang
-        sandbox.quiet_distributed([held.obj for held in before.held])
+        sandbox.quiet_distributed([held.obj for held in state.before.held])
         sandbox.install()
     except BaseException as error:  # noqa: BLE001 - anything here means no trial, said as such
         _send(Outcome.FAILED, detail=f"the sandbox could not be set up: {type(error).__name__}: {error}")
     try:
         body()
     except sandbox.SandboxStop as stop:
-        _send(Outcome.DANGEROUS if stop.dangerous else Outcome.STOPPED_AT_EFFECT, detail=stop.effect)
+        crashed(stop, getattr(stop, "frame", None))
     except BaseException as error:  # noqa: BLE001
         crashed(error, None)
-    _send(Outcome.COMPLETED)
+    _send(Outcome.COMPLETED, frame=None)
 
 
 def iteration_over(frame: FrameType) -> None:
     """The trial continuation reached the end of the interrupted iteration (child only)."""
     if _CHILD:
-        _send(Outcome.COMPLETED, namespace=frame.f_locals)
+        _send(Outcome.COMPLETED, frame=frame)
 
 
 def crashed(error: BaseException, frame: FrameType | None) -> None:
     """The trial met an exception: its verdict (child only); never returns."""
     if isinstance(error, sandbox.SandboxStop):
-        _send(Outcome.DANGEROUS if error.dangerous else Outcome.STOPPED_AT_EFFECT, detail=error.effect)
+        _send(Outcome.DANGEROUS if error.dangerous else Outcome.STOPPED_AT_EFFECT, detail=error.effect, frame=frame)
     if sandbox.caused(error):
         _send(Outcome.STOPPED_AT_EFFECT, detail=f"an effect the sandbox refused ({_text(error)})",
-              where=_where(error), namespace=frame.f_locals if frame is not None else None)
-    _send(Outcome.RAISED, detail=_text(error), where=_where(error), namespace=frame.f_locals if frame else None)
+              where=_where(error), frame=frame)
+    _send(Outcome.RAISED, detail=_text(error), where=_where(error), frame=frame)
 
 
 def _text(error: BaseException) -> str:
@@ -299,15 +311,15 @@ def _where(error: BaseException) -> str:
     return f"{os.path.basename(chosen[0].filename)}:{chosen[0].lineno}" if chosen else ""
 
 
-def _send(outcome: Outcome, detail: str = "", where: str = "", namespace: Mapping[str, Any] | None = None) -> None:
+def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType | None = None) -> None:
     """Write the verdict to the parent and leave the process at once."""
     try:
         child = _CHILD[0]
         seconds = time.perf_counter() - child.started
-        found = health.examine(child.before, namespace)
+        found = health.examine(child.before, child.view(frame))
         verdict = Verdict(
-            outcome, seconds, 0.0, detail, where, tuple(found.nonfinite), tuple(found.discarded),
-            found.losses_before, found.losses_after,
+            outcome, seconds, 0.0, detail, where, tuple(found.spoilt), tuple(found.nonfinite),
+            tuple(found.discarded), found.losses_before, found.losses_after,
         )
         os.write(0, json.dumps(verdict.to_data(), default=str).encode())
     except BaseException as error:  # noqa: BLE001 - a verdict that cannot be read is a failed trial

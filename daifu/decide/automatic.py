@@ -1,62 +1,125 @@
-"""Automatic mode: turn the repair bot's suggestions into a decision, as `settings.approve` allows.
+"""Automatic mode: the repair bot's suggestions, verified, turned into a decision as `approve` allows.
 
-`approve="auto"` takes the best suggestion that is valid and passes the safety check;
-`"never"` only records them; `"ask"` hands them to `daifu.approval.approval_prompt` when a
-person is at the terminal. A suggestion already tried on this crash is not offered again, so
-when a repair did not hold, the next one is.
+The bot proposes; nothing it proposes touches the run before it is checked:
+
+1. each suggestion becomes a candidate decision, checked by the runtime's own validation
+   (`crash.check`); a suggestion already tried on this crash is not offered again;
+2. candidates are ranked as the bot ranked them, except that those which skip work (a skipped
+   statement or iteration) come last;
+3. `approve="auto"`: each candidate, best first, whose code stays inside the allowlist of code that
+   may run unattended, is tried on a sandboxed copy of the run (`crash.trial`); the first whose
+   trial is healthy and keeps the trained state is applied. A candidate that fails its trial is
+   never applied automatically. Where no trial can run, only decisions that cannot discard trained
+   state are applied (`cannot_discard`);
+   `approve="ask"`: a person at the terminal chooses, seeing each candidate's trial verdict;
+   `approve="never"`: the suggestions are recorded, and the crash raises.
+
+Every answer and every trial go to the workspace record; the terminal says what was decided.
 """
 
 from __future__ import annotations
 
-import builtins
+import ast
 import json
 import os
-import re
 import sys
 import textwrap
+import time
+from dataclasses import dataclass
 
-
-from daifu.decide.botclient import BotAnswer, ask_bot
-from daifu.say import say
-from daifu.store import record
 from daifu.config import Settings
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Retry, Skip, Surgery
-from repairbot.protocol import CrashReport, fingerprint
-from daifu.report.build import build_report, function_info
-from daifu.decide.suggestions import Verdict, check_action, check_safety, check_surgery
-from repairbot.protocol import Diagnosis, Suggestion
+from daifu.core.decisions import Action, Decision, Patch, Retry, Skip, SkipIteration, Surgery, code_of, play_name
+from daifu.core.trial import Outcome, Verdict
+from daifu.decide.botclient import BotAnswer, ask_bot
+from daifu.decide.suggestions import check_safety
+from daifu.report.build import build_report
+from daifu.say import say, say_once
+from daifu.store import record
+from repairbot.protocol import CrashReport, Diagnosis, Suggestion, fingerprint
 
 RECORD_NAME = "repairbot_suggestions.jsonl"
+_SKIPPING = (Skip, SkipIteration)
+
+
+@dataclass
+class Candidate:
+    """One suggestion as a decision, with what is known about it.
+
+    problems: why the runtime would refuse it (it cannot be applied at all).
+    unsafe: why its code may not run without a person (outside the allowlist).
+    verdict: its trial's verdict, once tried.
+    """
+
+    suggestion: Suggestion
+    decision: Decision
+    problems: tuple[str, ...] = ()
+    unsafe: tuple[str, ...] = ()
+    verdict: Verdict | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.suggestion.kind
+
+    @property
+    def code(self) -> str:
+        return self.suggestion.code
+
+    @property
+    def explanation(self) -> str:
+        return self.suggestion.explanation
+
+    @property
+    def confidence(self) -> float:
+        return self.suggestion.confidence
+
+    @property
+    def usable(self) -> bool:
+        return not self.problems
 
 
 def decide(crash: Crash, settings: Settings) -> Decision | None:
-    """The decision for `crash` in automatic mode, or `None` to let the runtime raise."""
+    """The decision for `crash` in automatic mode, or `None` to let the crash go on down the chain."""
     report = build_report(crash)
     answer = ask_bot(report, settings.bot_url)
-    found = candidates(crash, answer.suggestions)
-    _record(settings, report, answer, found)
-    options = [(s, d, v) for s, d, v in found if v.ok]
-    if settings.approve == "never":
-        return None
+    found = rank(candidates(crash, answer.suggestions))
+    _say_diagnosis(crash, answer)
+    chosen: Candidate | None = None
     if settings.approve == "auto":
-        chosen = next((d for _, d, _ in options if check_safety(_code(d)).ok), None)
-    else:
-        chosen = _ask_person(crash, answer.diagnosis, [s for s, _, _ in options])
-    if chosen is not None:
-        _remember(crash, chosen)
-    return chosen
+        chosen = _verified(crash, found, settings)
+    elif settings.approve == "ask":
+        chosen = _ask_person(crash, answer.diagnosis, found, settings)
+    _record(settings, report, answer, found, crash)
+    if chosen is None:
+        if settings.approve == "never":
+            say(f"{len(found)} suggestion(s) recorded; approve='never' applies none")
+        return None
+    if chosen.verdict is not None and crash.entry is not None:
+        crash.entry.extra["trial"] = chosen.verdict.describe()
+    _remember(crash, chosen.decision)
+    return chosen.decision
 
 
-def candidates(crash: Crash, suggestions: list[Suggestion]) -> list[tuple[Suggestion, Decision, Verdict]]:
-    """Each suggestion not tried yet, as a decision, with whether it is valid here."""
+def candidates(crash: Crash, suggestions: list[Suggestion]) -> list[Candidate]:
+    """Each suggestion not tried yet on this crash, as a decision, with what would stop it."""
     tried = {decision for decision, _ in crash.tried}
     found = []
     for suggestion in suggestions:
         decision = to_decision(suggestion)
-        if repr(decision) not in tried:
-            found.append((suggestion, decision, validate(decision, crash)))
+        if repr(decision) in tried:
+            continue
+        problem = crash.check(decision)
+        code = code_of(decision)
+        unsafe = check_safety(code).reasons if code and not isinstance(decision, Patch) else ()
+        if isinstance(decision, Patch):
+            unsafe = check_safety(_body_of(decision.source)).reasons
+        found.append(Candidate(suggestion, decision, (problem,) if problem else (), tuple(unsafe)))
     return found
+
+
+def rank(found: list[Candidate]) -> list[Candidate]:
+    """The bot's order, with the candidates that skip work moved last (their order kept)."""
+    return sorted(found, key=lambda c: isinstance(c.decision, _SKIPPING))
 
 
 def to_decision(suggestion: Suggestion) -> Decision:
@@ -66,69 +129,144 @@ def to_decision(suggestion: Suggestion) -> Decision:
     if suggestion.kind == "action":
         return Action(suggestion.code)
     if suggestion.kind == "patch_function":
-        return Action(patch_action(suggestion.code, suggestion.target or ""))
+        return Patch(suggestion.target or "", suggestion.code)
+    if suggestion.kind == "skip_iteration":
+        return SkipIteration()
     return Retry() if suggestion.kind == "retry" else Skip()
 
 
-def patch_action(source: str, target: str) -> str:
-    """Action code giving the function at `target` the code of `source`, in place.
-
-    Swapping `__code__` keeps the function object, its globals and every reference to it (as
-    jurigged does), and needs neither `exec` nor `compile` in the action.
-    """
-    source = textwrap.dedent(source)
-    found = re.search(r"^(?:async\s+)?def\s+(\w+)", source, re.MULTILINE)
-    if found is None:
-        return source  # not a def: check_action and the safety check will say so
-    temp = f"_daifu_patch_{found.group(1)}"
-    body = source[found.start() : found.start(1)] + temp + source[found.end(1) :]  # decorators left out
-    lines = [
-        "import sys",
-        body.rstrip(),
-        f"_daifu_old = {target}",
-        f"getattr(_daifu_old, '__func__', _daifu_old).__code__ = {temp}.__code__",
-        f"del {temp}, _daifu_old",
-    ]
-    return "\n".join(lines)
+def _body_of(source: str) -> str:
+    """The statements of a `def` (what a patch adds to the program), for the safety check."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return source
+    defs = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    return ast.unparse(defs[0].body) if len(defs) == 1 else source  # type: ignore[arg-type]
 
 
-def validate(decision: Decision, crash: Crash) -> Verdict:
-    """Whether `decision` can be applied to `crash`: its code compiles, a surgery stays in its block,
-    and the runtime (`crash.check`) has no objection."""
+# -- approve="auto": verified by trial -----------------------------------------------------------
+
+
+def _verified(crash: Crash, found: list[Candidate], settings: Settings) -> Candidate | None:
+    """The best candidate whose trial passed (or, with no trials here, that cannot discard state)."""
+    started = time.monotonic()
+    trials = 0
+    for candidate in found:
+        if not candidate.usable:
+            continue
+        if candidate.unsafe:
+            crash.tried.append((repr(candidate.decision), f"not applied unattended: {'; '.join(candidate.unsafe)}"))
+            continue
+        if trials >= settings.max_trials or time.monotonic() - started > settings.max_trials * settings.trial_seconds:
+            say(f"stopped after {trials} trials; the other suggestions were not tried")
+            break
+        verdict = crash.trial(candidate.decision, settings.trial_seconds + waits(candidate.decision))
+        trials += 1
+        candidate.verdict = verdict
+        if verdict.outcome is Outcome.UNAVAILABLE:
+            say_once(f"no trial of a repair can run here: {verdict.detail}; only repairs that cannot discard "
+                     "trained state are applied automatically")
+            if cannot_discard(candidate.decision, crash):
+                return candidate
+            continue
+        if verdict.passed:
+            return candidate
+        crash.tried.append((repr(candidate.decision), f"refused by its trial: {verdict.describe()}"))
+    return None
+
+
+def waits(decision: Decision) -> float:
+    """The seconds an action deliberately waits (`time.sleep(<number>)`): its trial gets them on top."""
+    code = code_of(decision) if isinstance(decision, Action) else None
+    try:
+        tree = ast.parse(textwrap.dedent(code or ""))
+    except SyntaxError:
+        return 0.0
+    total = 0.0
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "sleep"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, (int, float))
+        ):
+            total += float(node.args[0].value)
+    return min(total, 600.0)
+
+
+def cannot_discard(decision: Decision, crash: Crash) -> bool:
+    """Whether `decision`, applied without a trial, cannot throw away trained state or skip work
+    silently: a retry, the skip of a whole iteration, or code that only adds statements and binds
+    no name that holds a model or an optimizer."""
+    if isinstance(decision, (Retry, SkipIteration)):
+        return True
+    if isinstance(decision, Action):
+        return not (_bound_names(decision.code) & _stateful_names(crash))
     if isinstance(decision, Surgery):
-        verdict = check_surgery(decision.source, function_info(crash), names=visible_names(crash))
-    elif isinstance(decision, Action):
-        verdict = check_action(decision.code)
-    else:
-        verdict = Verdict()
-    objection = crash.check(decision) if verdict.ok else None
-    return Verdict((objection,)) if objection else verdict
+        added = _added_statements(crash.source, decision.source)
+        return added is not None and not (_bound_names(added) & _stateful_names(crash))
+    return False
 
 
-def visible_names(crash: Crash) -> set[str] | None:
-    """The names the crashed function can see, or `None` when its globals are unknown."""
-    if crash.frame is None:
+def _stateful_names(crash: Crash) -> set[str]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return set()
+    values = {**dict(crash.globals), **dict(crash.locals)}
+    kinds = (torch.nn.Module, torch.optim.Optimizer)
+    return {name for name, value in values.items() if isinstance(value, kinds)}
+
+
+def _bound_names(code: str) -> set[str]:
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except SyntaxError:
+        return {"*"}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+
+
+def _added_statements(old: str, new: str) -> str | None:
+    """The statements `new` adds to `old`, when it only adds (every old statement kept, in order)."""
+    try:
+        old_tree, new_tree = ast.parse(textwrap.dedent(old)), ast.parse(textwrap.dedent(new))
+    except SyntaxError:
         return None
-    return set(crash.locals) | set(crash.frame.f_globals) | set(dir(builtins))
+    old_statements = [ast.dump(s) for s in ast.walk(old_tree) if isinstance(s, ast.stmt) and not _compound(s)]
+    new_statements = [s for s in ast.walk(new_tree) if isinstance(s, ast.stmt) and not _compound(s)]
+    remaining = list(old_statements)
+    added = []
+    for statement in new_statements:
+        if remaining and ast.dump(statement) == remaining[0]:
+            remaining.pop(0)
+        else:
+            added.append(statement)
+    return None if remaining else "\n".join(ast.unparse(s) for s in added)
 
 
-def _code(decision: Decision) -> str:
-    if isinstance(decision, Surgery):
-        return decision.source
-    return decision.code if isinstance(decision, Action) else ""
+def _compound(node: ast.stmt) -> bool:
+    return hasattr(node, "body")
 
 
-def _ask_person(crash: Crash, diagnosis: Diagnosis, suggestions: list[Suggestion]) -> Decision | None:
-    """`daifu.approval.approval_prompt`, when it exists and a person is at the terminal."""
+# -- approve="ask": a person decides, with the verdicts in view ----------------------------------
+
+
+def _ask_person(crash: Crash, diagnosis: Diagnosis, found: list[Candidate], settings: Settings) -> Candidate | None:
+    """The candidate a person at the terminal applies (each shown with its trial verdict)."""
     if not sys.stdin or not sys.stdin.isatty():
         return None
-    try:
-        from daifu.console.approval import approval_prompt
-    except ImportError as error:
-        if error.name != "daifu.approval":
-            raise
+    options = [c for c in found if c.usable]
+    for candidate in options[: settings.max_trials]:
+        candidate.verdict = crash.trial(candidate.decision, settings.trial_seconds)
+    from daifu.console.approval import approval_prompt  # the prompt loads only when a person is asked
+
+    decision = approval_prompt(crash, diagnosis_text(diagnosis), options)
+    if decision is None:
         return None
-    return approval_prompt(crash, diagnosis_text(diagnosis), suggestions)
+    return next((c for c in options if c.decision == decision), Candidate(Suggestion(
+        kind="action", code="", explanation="chosen by a person", confidence=1.0), decision))
 
 
 def diagnosis_text(diagnosis: Diagnosis) -> str:
@@ -139,6 +277,18 @@ def diagnosis_text(diagnosis: Diagnosis) -> str:
     )
 
 
+# -- what the terminal and the record say --------------------------------------------------------
+
+
+def _say_diagnosis(crash: Crash, answer: BotAnswer) -> None:
+    where = f"{os.path.basename(crash.filename)}:{crash.lineno}"
+    who = answer.backend_used + ("" if answer.source == "in-process" else f" at {answer.source}")
+    first = answer.diagnosis.explanation.strip().splitlines()[0] if answer.diagnosis.explanation.strip() else ""
+    say(f"{crash.exception_type} at {where}: repair bot ({who}): [{answer.diagnosis.category}] {first[:160]}")
+    if answer.fallback_reason:
+        say(f"  (the repair bot fell back: {answer.fallback_reason[:200]})")
+
+
 def _remember(crash: Crash, decision: Decision) -> None:
     """Note the decision in `crash.tried`, so that if the crash comes back the next suggestion is taken."""
     text = repr(decision)
@@ -146,10 +296,17 @@ def _remember(crash: Crash, decision: Decision) -> None:
         crash.tried.append((text, "proposed by the repair bot"))
 
 
-def _record(
-    settings: Settings, report: CrashReport, answer: BotAnswer, found: list[tuple[Suggestion, Decision, Verdict]]
-) -> None:
-    """Append the bot's answer to the workspace; a failure to write never costs the run."""
+def _record(settings: Settings, report: CrashReport, answer: BotAnswer, found: list[Candidate], crash: Crash) -> None:
+    """Append the bot's answer, and every trial, to the workspace; a failure to write never costs the run."""
+    trials = [
+        {"decision": play_name(c.decision), "code": code_of(c.decision), **c.verdict.to_data()}
+        for c in found
+        if c.verdict is not None
+    ]
+    if crash.entry is not None and trials:
+        crash.entry.extra["trials"] = [
+            {"decision": t["decision"], "verdict": t["outcome"], "ms": round(t["seconds"] * 1000, 1)} for t in trials
+        ]
     entry = {
         "repair": record.current_number(),
         "pid": os.getpid(),
@@ -162,12 +319,17 @@ def _record(
         "source": answer.source,
         "fallback_reason": answer.fallback_reason,
         "diagnosis": answer.diagnosis.model_dump(),
-        "suggestions": [dict(s.model_dump(), valid=v.ok, reasons=list(v.reasons)) for s, _, v in found],
+        "suggestions": [
+            dict(c.suggestion.model_dump(), valid=c.usable, reasons=list(c.problems), unsafe=list(c.unsafe))
+            for c in found
+        ],
+        "trials": trials,
         "report": report.model_dump(mode="json"),  # exactly what was sent: `daifu report` shows it
     }
     try:
         os.makedirs(settings.workspace, exist_ok=True)
         with open(os.path.join(settings.workspace, RECORD_NAME), "a", encoding="utf-8") as stream:
-            stream.write(json.dumps(entry) + "\n")
+            stream.write(json.dumps(entry, default=str) + "\n")
     except OSError as error:
         say(f"could not record the repair bot's suggestions in {settings.workspace}: {error}")
+
