@@ -308,3 +308,28 @@ def test_the_record_reader_reads_a_prototype_record() -> None:
         *end("0.99"),
     ]
     assert restore_seconds(events) == {1: pytest.approx(41.706)}
+
+
+def test_a_multiline_refusal_keeps_the_record_one_event_per_line(tmp_path: Path) -> None:
+    """A line-oriented reader must be able to read every DaiFu record: a refusal whose reason quotes a
+    multi-line exception message (as many PyTorch errors are) must stay on one record line."""
+    skip_under_prototype()
+    folder = tmp_path / "refusal"
+    folder.mkdir()
+    (folder / "main.py").write_text(
+        "import daifu\n"
+        "\n"
+        "\n"
+        "@daifu.transform(globals())\n"
+        "def main():\n"
+        "    return 1 + 'a'\n"
+        "\n"
+        "\n"
+        "daifu.set_policy(lambda crash: daifu.Raise() if crash.tried else "
+        "daifu.Action(\"raise ValueError('first line\\\\nsecond line')\"))\n"
+        "main()\n"
+    )
+    run = run_in(folder, "main.py")
+    assert run.status == 1 and run.last_error_line.startswith("TypeError"), run.explain()
+    events = parse_file(folder / "experiment_record.log")
+    assert prototype_view(events) == [*begin(), ("repair_begin", "1"), ("fails", None)]
