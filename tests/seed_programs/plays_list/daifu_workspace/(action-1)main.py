@@ -1,0 +1,2 @@
+converted.append(step)
+x = x.float()
