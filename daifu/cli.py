@@ -57,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=("rules", "openai"), default="rules", help="who diagnoses (default: rules)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
+    serve.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="listen beyond loopback even without a token (DAIFU_REPAIRBOT_TOKEN); refused otherwise",
+    )
     serve.set_defaults(handler=_serve)
     demo = commands.add_parser("demo", help="a short crash-and-repair demonstration", description="Run the demo.")
     demo.set_defaults(handler=_demo)
@@ -154,10 +159,13 @@ def _sent_report(entry: dict[str, Any]) -> str | None:
 
 def _serve(args: argparse.Namespace) -> int:
     try:  # the server and its dependencies load only for this command
-        from repairbot.server import serve
+        from repairbot.server import ExposedWithoutToken, serve
     except ImportError as missing:
         return _missing("the repair bot server", missing)
-    serve(host=args.host, port=args.port, backend=args.backend)
+    try:
+        serve(host=args.host, port=args.port, backend=args.backend, allow_remote=args.allow_remote)
+    except ExposedWithoutToken as error:
+        return _usage_error(f"daifu serve: {error}")
     return 0
 
 

@@ -16,10 +16,23 @@ Transform = Callable[[str], str]
 
 
 def parse_def(source: str) -> ast.Module | None:
-    """The module holding the `def` in `source`, which may be indented (a method); line 1 is source's."""
+    """The module holding the `def` in `source`, which may be indented (a method); line 1 is source's.
+
+    `None` for anything that does not parse, including code nested too deeply for the parser.
+    """
+    return parse(textwrap.dedent(source))
+
+
+def parse(text: str) -> ast.Module | None:
+    """`text` parsed, or `None`.
+
+    Reports are untrusted: besides `SyntaxError`, the parser raises `MemoryError` ("parser stack
+    overflow", e.g. 100k unary minus), `RecursionError` (deep nesting while building the tree) and,
+    before Python 3.12, `ValueError` for a null byte.
+    """
     try:
-        return ast.parse(textwrap.dedent(source))
-    except SyntaxError:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 
@@ -116,8 +129,8 @@ def tokens(block: str) -> list[tokenize.TokenInfo]:
         for tok in tokenize.generate_tokens(io.StringIO(block).readline):
             if tok.type not in skip:
                 result.append(tok)
-    except (tokenize.TokenError, IndentationError):
-        pass  # an unfinished fragment: the tokens read so far are still right
+    except (tokenize.TokenError, SyntaxError):
+        pass  # an unfinished fragment (or, from 3.12's tokenizer, an invalid one): the tokens read so far stand
     return result
 
 
@@ -156,8 +169,5 @@ def _in_nested_def(tree: ast.Module, loop: ast.AST, target: int) -> bool:
 
 def statement_node(block: str) -> ast.stmt | None:
     """The one statement in `block`, parsed; `None` for a compound header or a fragment."""
-    try:
-        tree = ast.parse(textwrap.dedent(block))
-    except SyntaxError:
-        return None
-    return tree.body[0] if len(tree.body) == 1 else None
+    tree = parse(textwrap.dedent(block))
+    return tree.body[0] if tree is not None and len(tree.body) == 1 else None
