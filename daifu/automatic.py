@@ -31,7 +31,7 @@ RECORD_NAME = "repairbot_suggestions.jsonl"
 def decide(crash: Crash, settings: Settings) -> Decision | None:
     """The decision for `crash` in automatic mode, or `None` to let the runtime raise."""
     report = build_report(crash)
-    answer = ask_bot(report, settings.bot_url)
+    answer = ask_bot(report, settings.bot_url, deadline=settings.bot_deadline)
     found = candidates(crash, answer.suggestions)
     _record(settings, report, answer, found)
     options = [(s, d, v) for s, d, v in found if v.ok]

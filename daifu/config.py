@@ -6,6 +6,7 @@ default. The seed switches in `TRANSFORM_REGISTRY` keep working beside them.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -37,6 +38,8 @@ class Settings:
     approve: for repair-bot suggestions — `ask` (a prompt), `auto` (apply the best safe one),
         `never` (record them and raise).
     bot_url: the repair bot's base URL; `None` means the embedded rules engine, in-process.
+    bot_deadline: seconds one call to the repair bot may take in all (connecting, waiting, reading);
+        past it, the embedded rules engine answers instead.
     max_attempts: repairs allowed at one site without progress before falling back to `Raise`.
     workspace: the folder for workspace files and the JSON-lines record.
     """
@@ -44,6 +47,7 @@ class Settings:
     mode: str = "interactive"
     approve: str = "ask"
     bot_url: str | None = None
+    bot_deadline: float = 45.0
     max_attempts: int = 3
     workspace: Path = Path("daifu_workspace")
 
@@ -52,6 +56,7 @@ _ENV = {
     "mode": "DAIFU_MODE",
     "approve": "DAIFU_APPROVE",
     "bot_url": "DAIFU_REPAIRBOT_URL",
+    "bot_deadline": "DAIFU_BOT_DEADLINE",
     "max_attempts": "DAIFU_MAX_ATTEMPTS",
     "workspace": "DAIFU_WORKSPACE",
 }
@@ -72,6 +77,14 @@ def _checked(name: str, value: Any, source: str) -> Any:
         if number < 1:
             raise ConfigError(f"{source} has value {value!r}: it must be at least 1.")
         return number
+    if name == "bot_deadline":
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source} has value {value!r}: not a number of seconds.") from None
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ConfigError(f"{source} has value {value!r}: it must be a positive, finite number of seconds.")
+        return seconds
     if name == "workspace":
         return Path(value)
     if name == "bot_url" and value is not None and not str(value).startswith(("http://", "https://")):

@@ -11,12 +11,12 @@ the one costly check (a parse) where analysis runs, off the event loop.
 from __future__ import annotations
 
 import ast
+import json
 import textwrap
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from pydantic import NonNegativeInt, TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError
 
 from repairbot.protocol import CrashReport, CrashRequest
 
@@ -43,7 +43,7 @@ FACT_TYPES: dict[str, TypeAdapter[Any]] = {
     "close": TypeAdapter(list[str]),
     "linears": TypeAdapter(list[tuple[str, NonNegativeInt, NonNegativeInt]]),
 }
-"""The facts the rules engine reads, with the types `daifu.summary` gives them (checked strictly)."""
+"""The facts the rules engine reads, with the types `daifu.summary` gives them (checked strictly: no `"5"` for 5)."""
 
 Loc = tuple[str | int, ...]
 
@@ -70,17 +70,20 @@ def printable(part: Any) -> Any:
 
 
 def admit(request: CrashRequest) -> bytes:
-    """The report as JSON (what the cache key is made of), once it is known to be analysable.
+    """The report as canonical JSON (what the cache key is made of), once it is known to be analysable.
 
     Raises `Inadmissible` naming every field at fault. Runs in time linear in the body's size.
     """
     problems = list(_structure(request.report))
     if problems:
         raise Inadmissible(problems[:20])
+    data = request.report.model_dump()
+    # Canonical (keys sorted), and encoded by the standard library, which refuses a lone surrogate
+    # anywhere; pydantic's own JSON would silently replace one in a dict key.
     try:
-        return request.report.model_dump_json().encode()
-    except PydanticSerializationError:  # a string that UTF-8 cannot encode
-        raise Inadmissible(list(_surrogates(request.report.model_dump(), ("body", "report")))[:20]) from None
+        return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        raise Inadmissible(list(_surrogates(data, ("body", "report")))[:20]) from None
 
 
 def check_sources(report: CrashReport) -> None:
@@ -160,8 +163,8 @@ def _facts(loc: Loc, facts: dict[str, Any]) -> Iterator[Problem]:
         if _depth(value) > MAX_FACT_DEPTH:
             yield Problem(loc + (key,), f"nested more than {MAX_FACT_DEPTH} levels deep", "too_deep")
         elif key in FACT_TYPES:
-            try:
-                FACT_TYPES[key].validate_python(value, strict=True)
+            try:  # as JSON, where a tuple is an array: the value came as JSON
+                FACT_TYPES[key].validate_json(json.dumps(value), strict=True)
             except ValidationError as error:
                 yield Problem(loc + (key,), f"not a valid {key!r} fact: {error.errors()[0]['msg']}", "fact_type")
 
