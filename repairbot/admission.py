@@ -10,7 +10,6 @@ the one costly check (a parse) where analysis runs, off the event loop.
 
 from __future__ import annotations
 
-import ast
 import json
 import textwrap
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any, NamedTuple
 
 from pydantic import NonNegativeInt, TypeAdapter, ValidationError
 
+from repairbot import parsing
 from repairbot.protocol import CrashReport, CrashRequest
 
 MAX_FRAMES = 1000
@@ -96,10 +96,10 @@ def check_sources(report: CrashReport) -> None:
     sources += [(("body", "report", "frames", i, "source"), f.source) for i, f in enumerate(report.frames) if f.source]
     for loc, source in sources:
         try:
-            ast.parse(textwrap.dedent(source))
-        except (RecursionError, MemoryError):  # MemoryError: the parser's "stack overflow"
+            parsing.parse(textwrap.dedent(source))
+        except parsing.TOO_DEEP:
             raise Inadmissible([Problem(loc, "nested too deeply for Python's parser", "source_too_deep")]) from None
-        except (SyntaxError, ValueError):
+        except parsing.REFUSED:
             pass
 
 

@@ -12,6 +12,8 @@ import textwrap
 import tokenize
 from collections.abc import Callable
 
+from repairbot import parsing
+
 Transform = Callable[[str], str]
 
 
@@ -24,15 +26,10 @@ def parse_def(source: str) -> ast.Module | None:
 
 
 def parse(text: str) -> ast.Module | None:
-    """`text` parsed, or `None`.
-
-    Reports are untrusted: besides `SyntaxError`, the parser raises `MemoryError` ("parser stack
-    overflow", e.g. 100k unary minus), `RecursionError` (deep nesting while building the tree) and,
-    before Python 3.12, `ValueError` for a null byte.
-    """
+    """`text` parsed, or `None` for anything the parser refuses (reports are untrusted: see `repairbot.parsing`)."""
     try:
-        return ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return parsing.parse(text)
+    except parsing.REFUSED:
         return None
 
 
