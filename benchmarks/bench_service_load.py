@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from daifu.crash import Crash  # noqa: E402
 from daifu.report import CrashReport, build_report  # noqa: E402
 
-SOURCE = '''def train(model, loader, optimizer, epochs, log_every):
+SOURCE = """def train(model, loader, optimizer, epochs, log_every):
     history = []
     for epoch in range(epochs):
         total = 0.0
@@ -48,7 +48,7 @@ SOURCE = '''def train(model, loader, optimizer, epochs, log_every):
         recent = history[half:]
         print(epoch, sum(recent) / max(1, len(recent)))
     return history
-'''
+"""
 
 
 def sample_report() -> CrashReport:
@@ -56,7 +56,7 @@ def sample_report() -> CrashReport:
     history = [0.5, 0.4, 0.3, 0.25]
     half = len(history) / 2
     try:
-        history[half:]  # type: ignore[misc]
+        history[half:]  # type: ignore[index]
     except TypeError as error:
         return build_report(
             Crash(
@@ -106,8 +106,8 @@ def free_port() -> int:
 
 def start_server(port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "DAIFU_REPAIRBOT_TOKEN"}
-    env.update(PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("BENCH_EXTRA_PATH", ""), DAIFU_REPAIRBOT_BACKEND="rules")
-    command = [sys.executable, "-m", "uvicorn", os.environ.get("BENCH_APP", "repairbot.app:app"), "--port", str(port), "--log-level", "warning"]
+    env.update(PYTHONPATH=str(ROOT), DAIFU_REPAIRBOT_BACKEND="rules")
+    command = [sys.executable, "-m", "uvicorn", "repairbot.app:app", "--port", str(port), "--log-level", "warning"]
     server = subprocess.Popen(command, env=env, cwd=ROOT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -86,6 +86,14 @@ def test_300_float_locals_give_a_bounded_answer(url: str) -> None:
     assert len(reply.content) < MAX_WHOLE_DEFS * source + 20_000  # it was 600 suggestions, each with the source
 
 
+def test_a_deep_traceback_is_explained_in_a_few_lines(url: str) -> None:
+    report = base_report()
+    report["frames"] = [dict(report["frames"][0], function=f"level{i}") for i in range(1000)]
+    explanation = post(url, report).json()["diagnosis"]["explanation"]
+    assert "level0" in explanation and "level999" in explanation and "994 more frames" in explanation
+    assert len(explanation) < 3000
+
+
 # -- the cache is keyed on the whole request -------------------------------------------------------
 
 

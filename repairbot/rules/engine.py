@@ -53,12 +53,13 @@ def explain_traceback(ctx: Context) -> str:
     shown = [f for f in frames if not f.library]
     if frames and frames[-1].library:
         shown.append(frames[-1])
-    if len(shown) > 2 * _SHOWN_FRAMES:
-        shown = shown[:_SHOWN_FRAMES] + shown[-_SHOWN_FRAMES:]
     steps = [
         f"`{f.code}` in {f.function} ({'library' if f.library else 'your code'}, {f.filename}:{f.lineno})"
         for f in shown
     ]
+    if len(steps) > 2 * _SHOWN_FRAMES:
+        left_out = f"{len(steps) - 2 * _SHOWN_FRAMES} more frames of your code"
+        steps = steps[:_SHOWN_FRAMES] + [left_out] + steps[-_SHOWN_FRAMES:]
     path = " called ... ".join(steps) if steps else "the faulty statement"
     first = cut(e.message.splitlines()[0], 300) if e.message.strip() else "(no message)"
     return f"Traceback: {path}; it raised {e.type}: {first}"
