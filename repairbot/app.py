@@ -74,8 +74,8 @@ def create_app(
     token: str | None = None,
     max_body: int = MAX_BODY,
     cache_seconds: float = 30.0,
-    cache_entries: int = 1024,
-    cache_bytes: int = 32 * 2**20,
+    cache_entries: int = 256,
+    cache_bytes: int = 16 * 2**20,
     budget_s: float = BUDGET_S,
     workers: int = WORKERS,
 ) -> FastAPI:

@@ -48,8 +48,8 @@ class AnswerCache(Generic[T]):
         size: Callable[[T], int],
         *,
         ttl: float = 30.0,
-        max_entries: int = 1024,
-        max_bytes: int = 32 * 2**20,
+        max_entries: int = 256,
+        max_bytes: int = 16 * 2**20,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ttl, self.max_entries, self.max_bytes = ttl, max_entries, max_bytes
