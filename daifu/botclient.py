@@ -148,13 +148,9 @@ async def _post(report: CrashReport, url: str, deadline: float, max_reply: int) 
         headers["Authorization"] = f"Bearer {token}"
     try:
         async with httpx.AsyncClient(timeout=deadline) as client:
-            request = client.build_request("POST", f"{url.rstrip('/')}/v1/suggest", content=_body(report, deadline))
-            request.headers.update(headers)
-            response = await client.send(request, stream=True)
-            try:
+            endpoint = f"{url.rstrip('/')}/v1/suggest"
+            async with client.stream("POST", endpoint, content=_body(report, deadline), headers=headers) as response:
                 return await _read(response, max_reply)
-            finally:
-                await response.aclose()
     except httpx.TimeoutException as error:
         raise DeadlineExceeded(f"no complete answer within the {deadline:g} s deadline") from error
     except httpx.HTTPError as error:
