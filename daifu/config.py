@@ -6,6 +6,7 @@ default. The seed switches in `TRANSFORM_REGISTRY` keep working beside them.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -37,6 +38,8 @@ class Settings:
     approve: for repair-bot suggestions — `ask` (a prompt), `auto` (apply the best safe one),
         `never` (record them and raise).
     bot_url: the repair bot's base URL; `None` means the embedded rules engine, in-process.
+    bot_deadline: seconds one call to the repair bot may take in all (connecting, waiting, reading);
+        past it, the embedded rules engine answers instead.
     max_attempts: repairs allowed at one site without progress before falling back to `Raise`.
     workspace: the folder for workspace files and the JSON-lines record.
     max_trials: candidate repairs tried on a sandboxed copy of the run, per crash, at most.
@@ -46,6 +49,7 @@ class Settings:
     mode: str = "interactive"
     approve: str = "ask"
     bot_url: str | None = None
+    bot_deadline: float = 45.0
     max_attempts: int = 3
     workspace: Path = Path("daifu_workspace")
     max_trials: int = 4
@@ -56,6 +60,7 @@ _ENV = {
     "mode": "DAIFU_MODE",
     "approve": "DAIFU_APPROVE",
     "bot_url": "DAIFU_REPAIRBOT_URL",
+    "bot_deadline": "DAIFU_BOT_DEADLINE",
     "max_attempts": "DAIFU_MAX_ATTEMPTS",
     "workspace": "DAIFU_WORKSPACE",
     "max_trials": "DAIFU_MAX_TRIALS",
@@ -78,13 +83,13 @@ def _checked(name: str, value: Any, source: str) -> Any:
         if number < (1 if name == "max_attempts" else 0):
             raise ConfigError(f"{source} has value {value!r}: it must be at least {1 if name == 'max_attempts' else 0}.")
         return number
-    if name == "trial_seconds":
+    if name in ("trial_seconds", "bot_deadline"):
         try:
             seconds = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{source} has value {value!r}: not a number of seconds.") from None
-        if not 0 < seconds <= 3600:
-            raise ConfigError(f"{source} has value {value!r}: it must be between 0 and 3600 seconds.")
+        if not (math.isfinite(seconds) and 0 < seconds <= 3600):
+            raise ConfigError(f"{source} has value {value!r}: it must be a number of seconds above 0, at most 3600.")
         return seconds
     if name == "workspace":
         return Path(value)

@@ -126,14 +126,15 @@ SuggestionKind = Literal["surgery", "action", "patch_function", "retry", "skip",
 class CrashRequest(BaseModel):
     """A crash report, and optionally which backend should answer (the server's default if not).
 
-    deadline_s: how long the client will wait for the answer, in seconds from when it sent the
-        request. The service answers within it (with the rules engine's answer when the model is
-        too slow); the server's own deadline (`daifu serve --deadline`) is the upper bound.
+    deadline_s: how many seconds the client waits for the answer, from when it sent the request.
+        The service answers within it (with the rules engine's answer when the model is too slow,
+        503 rather than work on for a client long gone); the server's own deadline
+        (`daifu serve --deadline`) is the upper bound.
     """
 
     report: CrashReport
     backend: str | None = None
-    deadline_s: float | None = Field(default=None, gt=0.0, le=3600.0)
+    deadline_s: float | None = Field(default=None, gt=0.0, le=3600.0, allow_inf_nan=False)
 
 
 class Culprit(BaseModel):
@@ -212,5 +213,34 @@ class BackendsResponse(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"] = "ok"
+    """Whether the service answers, and whether its default backend can work now.
+
+    `degraded`: the service is up but its default backend is not available (say, the openai backend
+    without a key); answers then come from the rules engine, with `fallback_reason` saying so.
+    """
+
+    status: Literal["ok", "degraded"]
     backend: str
+    available: bool
+    detail: str
+
+
+class ErrorResponse(BaseModel):
+    """The body of a 400, 401, 413 or 503 answer: what was wrong, in a sentence."""
+
+    detail: str
+
+
+class FieldProblem(BaseModel):
+    """One wrong field of a request: where (`loc`, from `body`), and what is wrong with it."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    """The body of a 422 answer: each wrong field, and all of them in one sentence."""
+
+    detail: list[FieldProblem]
+    message: str

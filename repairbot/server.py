@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import socket
 import threading
 import time
@@ -9,6 +11,7 @@ from typing import Any
 from collections.abc import Callable
 
 import uvicorn
+from loguru import logger
 
 from repairbot.app import create_app
 from repairbot.backends import Backend, make_backend
@@ -22,18 +25,39 @@ class _ThreadServer(uvicorn.Server):
         pass
 
 
+class ExposedWithoutToken(ValueError):
+    """Serving beyond loopback without a bearer token, and without `allow_remote` to say it is meant."""
+
+
 def serve(
     host: str = "127.0.0.1",
     port: int = 8765,
     backend: str = "rules",
     token: str | None = None,
     deadline: float | None = None,
+    *,
+    allow_remote: bool = False,
 ) -> None:
     """Serve the repair bot until interrupted (Ctrl-C). Loopback by default: reports hold code.
 
+    token: required on `/v1` (`DAIFU_REPAIRBOT_TOKEN` if not given). Listening on any address
+    beyond loopback without a token raises `ExposedWithoutToken`, unless `allow_remote`; then it
+    only warns: anyone who reaches the port can read the answers and fill the cache.
     Raises `ValueError` before listening when the backend cannot work as configured (the message
     says what to set) or the deadline is not a positive number of seconds.
     """
+    token = token or os.environ.get("DAIFU_REPAIRBOT_TOKEN") or None
+    if token is None and not is_loopback(host):
+        if not allow_remote:
+            raise ExposedWithoutToken(
+                f"Refusing to listen on {host} without a token: anyone who can reach it could use the repair "
+                "bot. Set DAIFU_REPAIRBOT_TOKEN, listen on 127.0.0.1, or pass --allow-remote if this is meant."
+            )
+        logger.warning(
+            "Listening on {} without a token (--allow-remote): anyone who can reach port {} can use the repair bot.",
+            host,
+            port,
+        )
     chosen = make_backend(backend)
     info = chosen.info()
     if not info.available:
@@ -44,8 +68,18 @@ def serve(
     uvicorn.run(create_app(chosen, token=token, deadline=seconds), host=host, port=port, log_level="info")
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` names only this machine: `localhost`, or a loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # another host name: it may resolve to any interface
+
+
 def start_in_thread(
-    backend: str | Backend = "rules", port: int = 0, *, token: str | None = None, **app_options: float
+    backend: str | Backend = "rules", port: int = 0, *, token: str | None = None, **app_options: Any
 ) -> tuple[str, Callable[[], None]]:
     """Start a real repair bot on 127.0.0.1 in a daemon thread; return its URL and a function stopping it.
 

@@ -16,7 +16,7 @@ def _isolated(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DAIFU_WORKSPACE", str(tmp_path / "daifu_workspace"))
     monkeypatch.setenv("DAIFU_RECORD", str(tmp_path / "experiment_record.log"))
-    for name in ("DAIFU_MODE", "DAIFU_APPROVE", "DAIFU_REPAIRBOT_URL", "DAIFU_MAX_ATTEMPTS"):
+    for name in ("DAIFU_MODE", "DAIFU_APPROVE", "DAIFU_REPAIRBOT_URL", "DAIFU_BOT_DEADLINE", "DAIFU_MAX_ATTEMPTS"):
         monkeypatch.delenv(name, raising=False)
     saved = dict(config.TRANSFORM_REGISTRY)
     yield

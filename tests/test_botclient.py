@@ -57,7 +57,7 @@ def test_with_url_the_server_answers(bot: str, monkeypatch: pytest.MonkeyPatch) 
 
 def test_unreachable_server_falls_back_with_a_warning() -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    answer = ask_bot(report_of(halves, [1, 2]), url, timeout=2)
+    answer = ask_bot(report_of(halves, [1, 2]), url, deadline=2)
     assert answer.source == "in-process" and answer.suggestions
     assert url in (answer.warning or "") and "ConnectError" in (answer.warning or "")
 

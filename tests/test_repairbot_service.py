@@ -38,7 +38,8 @@ def body() -> dict:
 
 
 def test_health_needs_no_token(url: str) -> None:
-    assert httpx.get(f"{url}/healthz").json() == {"status": "ok", "backend": "rules"}
+    reply = httpx.get(f"{url}/healthz").json()
+    assert reply == {"status": "ok", "backend": "rules", "available": True, "detail": "embedded, offline, deterministic"}
 
 
 def test_suggest_answers_with_ranked_suggestions(client: httpx.Client, body: dict) -> None:

@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="most seconds spent on one crash, model call included (default: $DAIFU_BOT_DEADLINE or 45)",
     )
+    serve.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="listen beyond loopback even without a token (DAIFU_REPAIRBOT_TOKEN); refused otherwise",
+    )
     serve.set_defaults(handler=_serve)
     demo = commands.add_parser("demo", help="a short crash-and-repair demonstration", description="Run the demo.")
     demo.set_defaults(handler=_demo)
@@ -170,11 +175,12 @@ def _sent_report(entry: dict[str, Any], folder: Path) -> str | None:
 def _serve(args: argparse.Namespace) -> int:
     try:  # the server and its dependencies load only for this command
         from repairbot.server import serve
-
-        serve(host=args.host, port=args.port, backend=args.backend, deadline=args.deadline)
     except ImportError as missing:
         return _missing("the repair bot server", missing)
-    except ValueError as error:  # a backend that cannot work as configured, a malformed deadline
+    try:
+        serve(host=args.host, port=args.port, backend=args.backend, deadline=args.deadline,
+              allow_remote=args.allow_remote)
+    except ValueError as error:  # not exposed without a token; a backend that cannot work; a bad deadline
         return _usage_error(f"daifu serve: {error}")
     return 0
 

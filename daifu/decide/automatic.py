@@ -81,7 +81,7 @@ class Candidate:
 def decide(crash: Crash, settings: Settings) -> Decision | None:
     """The decision for `crash` in automatic mode, or `None` to let the crash go on down the chain."""
     report = build_report(crash)
-    answer = ask_bot(report, settings.bot_url)
+    answer = ask_bot(report, settings.bot_url, deadline=settings.bot_deadline)
     found = rank(candidates(crash, answer.suggestions))
     _say_diagnosis(crash, answer)
     chosen: Candidate | None = None

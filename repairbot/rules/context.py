@@ -14,8 +14,13 @@ from functools import cached_property
 from typing import Any
 
 from repairbot.protocol import CrashReport, Frame, Variable
+from repairbot.bounds import bounded_suggestions
 from repairbot.protocol import Culprit, Suggestion
 from repairbot.rules.edit import Transform, edit_statement, tokens, wrap_name
+
+
+MAX_NAMES = 16
+"""Variables of the faulty statement the rules make suggestions about; each may cost a parse of the source."""
 
 
 @dataclass
@@ -78,13 +83,13 @@ class Context:
 
     @cached_property
     def names(self) -> list[str]:
-        """Variable names the faulty statement reads or writes, in order, each once."""
+        """Variable names the faulty statement reads or writes, in order, each once (the first `MAX_NAMES`)."""
         seen: dict[str, None] = {}
         found = tokens(self.statement)
         for i, tok in enumerate(found):
             if tok.type == tokenize.NAME and (i == 0 or found[i - 1].string != "."):
                 seen.setdefault(tok.string, None)
-        return [name for name in seen if name in self.variables]
+        return [name for name in seen if name in self.variables][:MAX_NAMES]
 
     def facts(self, name: str) -> dict[str, Any]:
         variable = self.variables.get(name)
@@ -170,5 +175,5 @@ def search(pattern: str, text: str) -> re.Match[str] | None:
 
 
 def present(*suggestions: Suggestion | None) -> list[Suggestion]:
-    """The suggestions that could be made, best first."""
-    return sorted((s for s in suggestions if s is not None), key=lambda s: -s.confidence)
+    """The suggestions that could be made, best first, each once, as many as an answer holds."""
+    return bounded_suggestions([s for s in suggestions if s is not None])

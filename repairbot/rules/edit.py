@@ -12,14 +12,24 @@ import textwrap
 import tokenize
 from collections.abc import Callable
 
+from repairbot import parsing
+
 Transform = Callable[[str], str]
 
 
 def parse_def(source: str) -> ast.Module | None:
-    """The module holding the `def` in `source`, which may be indented (a method); line 1 is source's."""
+    """The module holding the `def` in `source`, which may be indented (a method); line 1 is source's.
+
+    `None` for anything that does not parse, including code nested too deeply for the parser.
+    """
+    return parse(textwrap.dedent(source))
+
+
+def parse(text: str) -> ast.Module | None:
+    """`text` parsed, or `None` for anything the parser refuses (reports are untrusted: see `repairbot.parsing`)."""
     try:
-        return ast.parse(textwrap.dedent(source))
-    except SyntaxError:
+        return parsing.parse(text)
+    except parsing.REFUSED:
         return None
 
 
@@ -116,8 +126,8 @@ def tokens(block: str) -> list[tokenize.TokenInfo]:
         for tok in tokenize.generate_tokens(io.StringIO(block).readline):
             if tok.type not in skip:
                 result.append(tok)
-    except (tokenize.TokenError, IndentationError):
-        pass  # an unfinished fragment: the tokens read so far are still right
+    except (tokenize.TokenError, SyntaxError):
+        pass  # an unfinished fragment (or, from 3.12's tokenizer, an invalid one): the tokens read so far stand
     return result
 
 
@@ -156,8 +166,5 @@ def _in_nested_def(tree: ast.Module, loop: ast.AST, target: int) -> bool:
 
 def statement_node(block: str) -> ast.stmt | None:
     """The one statement in `block`, parsed; `None` for a compound header or a fragment."""
-    try:
-        tree = ast.parse(textwrap.dedent(block))
-    except SyntaxError:
-        return None
-    return tree.body[0] if len(tree.body) == 1 else None
+    tree = parse(textwrap.dedent(block))
+    return tree.body[0] if tree is not None and len(tree.body) == 1 else None

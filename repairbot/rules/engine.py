@@ -7,16 +7,23 @@ mentions a timeout is treated as out of memory, not as transient.
 from __future__ import annotations
 
 from repairbot.protocol import CrashReport
+from repairbot.bounds import bounded_report, cut
 from repairbot.protocol import Diagnosis, Suggestion
 from repairbot.rules import api_misuse, data, memory, mismatch, paths, transient
 from repairbot.rules.context import Context, Finding
+
+_SHOWN_FRAMES = 3
+"""Frames named at each end of the traceback's explanation; a deep recursion does not make it long."""
 
 RULES = memory.RULES + paths.RULES + api_misuse.RULES + mismatch.RULES + data.RULES + transient.RULES
 
 
 def analyse(report: CrashReport) -> tuple[Diagnosis, list[Suggestion]]:
-    """The diagnosis of `report` and the repairs proposed, best first (possibly none)."""
-    ctx = Context(report)
+    """The diagnosis of `report` and the repairs proposed, best first (possibly none).
+
+    The rules see `report` through `bounded_report`, so the work done is bounded whatever its size.
+    """
+    ctx = Context(bounded_report(report))
     finding = next((f for f in (rule(ctx) for rule in RULES) if f is not None), None) or _unknown(ctx)
     return Diagnosis(
         category=finding.category,
@@ -50,6 +57,9 @@ def explain_traceback(ctx: Context) -> str:
         f"`{f.code}` in {f.function} ({'library' if f.library else 'your code'}, {f.filename}:{f.lineno})"
         for f in shown
     ]
+    if len(steps) > 2 * _SHOWN_FRAMES:
+        left_out = f"{len(steps) - 2 * _SHOWN_FRAMES} more frames of your code"
+        steps = steps[:_SHOWN_FRAMES] + [left_out] + steps[-_SHOWN_FRAMES:]
     path = " called ... ".join(steps) if steps else "the faulty statement"
-    first = e.message.splitlines()[0] if e.message else "(no message)"
+    first = cut(e.message.splitlines()[0], 300) if e.message.strip() else "(no message)"
     return f"Traceback: {path}; it raised {e.type}: {first}"

@@ -19,8 +19,8 @@ def linear_input(ctx: Context) -> Finding | None:
     if not found:
         return None
     _, b, c, d = (int(x) for x in found.groups())
-    suggestions = [s for s in (_flatten(ctx, name, facts, c) for name, facts in ctx.tensors()) if s is not None]
-    if not suggestions:  # a flatten explains the mismatch; a layer for the wrong size would not
+    suggestions: list[Suggestion | None] = [_flatten(ctx, name, facts, c) for name, facts in ctx.tensors()]
+    if not any(suggestions):  # a flatten explains the mismatch; a layer for the wrong size would not
         outer = ctx.outer()  # layers are rebuilt from the training function, where actions run
         suggestions += [_rebuild(outer, expr, b, d) for expr in _layers(outer, c, d)]
         suggestions.append(_new_in_features(ctx, b, c, d))
