@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from daifu.config import TRANSFORM_REGISTRY, configure, set_policy, settings
     from daifu.core.crash import Crash
-    from daifu.core.decisions import Action, Raise, Retry, Skip, SkipIteration, Surgery
+    from daifu.core.decisions import Action, Patch, Raise, Retry, Skip, SkipIteration, Surgery
     from daifu.core.trial import Verdict
     from daifu.store.record import log_program_end
     from daifu.vaccinate import transform
 
 __all__ = [
     "Action",
+    "Patch",
     "Crash",
     "Raise",
     "Retry",
@@ -44,6 +45,7 @@ __all__ = [
 
 _PUBLIC = {
     "Action": "daifu.core.decisions",
+    "Patch": "daifu.core.decisions",
     "Raise": "daifu.core.decisions",
     "Retry": "daifu.core.decisions",
     "Skip": "daifu.core.decisions",
