@@ -22,6 +22,7 @@ TRANSFORM_REGISTRY: dict[str, Any] = {
     "DIRECTLY_RETRY": False,
     "DIRECTLY_RETRY_FIRST": False,
 }
+_REGISTRY_DEFAULTS = dict(TRANSFORM_REGISTRY)
 
 
 class ConfigError(ValueError):
@@ -142,3 +143,11 @@ def set_policy(fn: Callable[..., Any] | None) -> None:
 def policy() -> Callable[..., Any] | None:
     """The installed policy, if any."""
     return _policy[0]
+
+
+def reset() -> None:
+    """Forget everything set from code: `configure()` values, the policy, the registry's switches."""
+    _given.clear()
+    _policy[0] = None
+    TRANSFORM_REGISTRY.clear()
+    TRANSFORM_REGISTRY.update(_REGISTRY_DEFAULTS)

@@ -32,7 +32,7 @@ from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.helpers import Helpers
 from daifu.core.locate import raising_position
 from daifu.core.patch import PatchRefused, patch_function, resolve
-from daifu.core.rewrite import CannotResume, Mode
+from daifu.core.rewrite import CannotResume, Flavour, Mode
 from daifu.core.surgery import SurgeryPlan, SurgeryRefused, check_same_signature, plan_surgery
 from daifu.core.version import Version, build_version
 
@@ -139,7 +139,7 @@ class Vaccine:
         self.free_names = code.co_freevars
         self.helpers = Helpers(self.crash)
         self._lock = threading.RLock()
-        self._continuations: dict[tuple[int, Path, Mode, bool], CodeType] = {}
+        self._continuations: dict[tuple[int, Path, Mode, Flavour], CodeType] = {}
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self.versions: list[Version] = []
         self._install(self._build(source, first_lineno))
@@ -293,7 +293,7 @@ class Vaccine:
 
     # -- carrying out a decision ------------------------------------------------------------
 
-    def _prepare(self, decision: Decision, crash: Crash, live: _Live, trial_run: bool = False) -> Handover:
+    def _prepare(self, decision: Decision, crash: Crash, live: _Live, flavour: Flavour = Flavour.PLAIN) -> Handover:
         """The hand-over that resumes the run with `decision` carried out on `live`.
 
         Only an action or a surgery changes anything, and only once this returns: a refused
@@ -312,8 +312,10 @@ class Vaccine:
             mode = self._retry_mode(Site(version, path, site.header), namespace) if plan.same else Mode.AT
         elif not isinstance(decision, (Retry, Action, Patch)):
             raise RepairRefused(f"{decision!r} is not a DaiFu decision")
+        if flavour is Flavour.PLAIN and crash.watch is not None:
+            flavour = Flavour.WATCHED
         try:
-            code = self._continuation(version, path, mode, trial_run)
+            code = self._continuation(version, path, mode, flavour)
         except CannotResume as reason:
             raise RepairRefused(str(reason)) from None
         if isinstance(decision, Action):
@@ -338,6 +340,8 @@ class Vaccine:
             if name.startswith(("@fx", "@fp")):
                 namespace.setdefault(name, None)
         self._remember(version, path, site, namespace, crash)
+        if flavour is Flavour.WATCHED:
+            self.helpers.watching = crash.watch
         function = make_function(code, self.function.__globals__, live.cells)
         return Handover(function, namespace)
 
@@ -383,7 +387,7 @@ class Vaccine:
             elif isinstance(decision, Action):
                 compile(decision.code, "<daifu action>", "exec", dont_inherit=True)
             elif isinstance(decision, SkipIteration):
-                self._continuation(site.version, site.path, Mode.NEXT_ITERATION, False)
+                self._continuation(site.version, site.path, Mode.NEXT_ITERATION, Flavour.PLAIN)
         except RepairRefused as refusal:
             return str(refusal)
         except CannotResume as refusal:
@@ -408,7 +412,7 @@ class Vaccine:
             return values
 
         def run() -> Any:
-            handover = self._prepare(decision, crash, _Live(live.site, dict(live.namespace), live.cells), True)
+            handover = self._prepare(decision, crash, _Live(live.site, dict(live.namespace), live.cells), Flavour.TRIAL)
             try:
                 result = handover.continuation(handover.start())
             except sandbox.SandboxStop as stop:
@@ -431,17 +435,21 @@ class Vaccine:
             tb = tb.tb_next
         return found
 
-    def _continuation(self, version: Version, path: Path, mode: Mode, trial_run: bool) -> CodeType:
-        key = (version.number, path, mode, trial_run)
+    def _continuation(self, version: Version, path: Path, mode: Mode, flavour: Flavour) -> CodeType:
+        key = (version.number, path, mode, flavour)
         code = self._continuations.get(key)
         if code is None:
-            rewriter = version.trial_rewriter if trial_run else version.rewriter
+            rewriter = {
+                Flavour.PLAIN: version.rewriter,
+                Flavour.TRIAL: version.trial_rewriter,
+                Flavour.WATCHED: version.watched_rewriter,
+            }[flavour]
             tree = rewriter.continuation(version.fdef, path, mode)
             free = tuple(sorted(set(version.scope.cell_names)))
             code = compile_definition(tree, version.fast_code.co_filename, self.flags, free, self.helpers)
             if sys.version_info >= (3, 11):
                 code = code.replace(co_qualname=self.qualname)
-            if not trial_run:
+            if flavour is not Flavour.TRIAL:  # a trial's continuation lives and dies in its copy
                 self._continuations[key] = code
             self.units[id(code)] = version
         return code
