@@ -1,6 +1,7 @@
 """Automatic mode: turn the repair bot's suggestions into a decision, as `settings.approve` allows.
 
-`approve="auto"` takes the best suggestion that is valid and passes the safety check;
+`approve="auto"` takes the best suggestion that is valid and stays inside the allowlisted language of
+`daifu.allowlist` (any other needs a person, and the terminal says why each was passed over);
 `"never"` only records them; `"ask"` hands them to `daifu.approval.approval_prompt` when a
 person is at the terminal. A suggestion already tried on this crash is not offered again, so
 when a repair did not hold, the next one is.
@@ -17,12 +18,14 @@ import textwrap
 
 from loguru import logger
 
+from daifu.allowlist import check_suggestion, context_for
 from daifu.botclient import BotAnswer, ask_bot
 from daifu.config import Settings
 from daifu.crash import Crash
 from daifu.decisions import Action, Decision, Retry, Skip, Surgery
+from daifu.redact import has_placeholder, restore_lines
 from daifu.report import CrashReport, build_report, fingerprint, function_info
-from daifu.suggestions import Verdict, check_action, check_safety, check_surgery
+from daifu.suggestions import Verdict, check_action, check_surgery
 from repairbot.protocol import Diagnosis, Suggestion
 
 RECORD_NAME = "repairbot_suggestions.jsonl"
@@ -33,12 +36,14 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
     report = build_report(crash)
     answer = ask_bot(report, settings.bot_url)
     found = candidates(crash, answer.suggestions)
-    _record(settings, report, answer, found)
+    context = context_for(crash)
+    unattended = [check_suggestion(s, context, d.source if isinstance(d, Surgery) else None) for s, d, _ in found]
+    _record(settings, report, answer, found, unattended)
     options = [(s, d, v) for s, d, v in found if v.ok]
     if settings.approve == "never":
         return None
     if settings.approve == "auto":
-        chosen = next((d for _, d, _ in options if check_safety(_code(d)).ok), None)
+        chosen = _first_unattended(crash, found, unattended)
     else:
         chosen = _ask_person(crash, answer.diagnosis, [s for s, _, _ in options])
     if chosen is not None:
@@ -46,15 +51,43 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
     return chosen
 
 
+def _first_unattended(
+    crash: Crash, found: list[tuple[Suggestion, Decision, Verdict]], unattended: list[Verdict]
+) -> Decision | None:
+    """The best valid suggestion the allowlist admits; each valid one passed over is named on the terminal."""
+    for number, ((suggestion, decision, valid), allowed) in enumerate(zip(found, unattended), 1):
+        if not valid.ok:
+            continue
+        if allowed.ok:
+            return decision
+        logger.warning(
+            "DaiFu did not apply the repair bot's suggestion {} ({}) for {} line {} automatically, because it "
+            "needs a person (approve='ask'): {}",
+            number,
+            suggestion.kind,
+            crash.qualname,
+            crash.lineno,
+            allowed,
+        )
+    return None
+
+
 def candidates(crash: Crash, suggestions: list[Suggestion]) -> list[tuple[Suggestion, Decision, Verdict]]:
     """Each suggestion not tried yet, as a decision, with whether it is valid here."""
     tried = {decision for decision, _ in crash.tried}
     found = []
     for suggestion in suggestions:
-        decision = to_decision(suggestion)
+        decision = restored(to_decision(suggestion), crash)
         if repr(decision) not in tried:
             found.append((suggestion, decision, validate(decision, crash)))
     return found
+
+
+def restored(decision: Decision, crash: Crash) -> Decision:
+    """A surgery with the lines the report showed redacted (`daifu.redact`) put back as they are in the source."""
+    if isinstance(decision, Surgery) and has_placeholder(decision.source):
+        return Surgery(restore_lines(decision.source, crash.source))
+    return decision
 
 
 def to_decision(suggestion: Suggestion) -> Decision:
@@ -92,7 +125,10 @@ def patch_action(source: str, target: str) -> str:
 
 def validate(decision: Decision, crash: Crash) -> Verdict:
     """Whether `decision` can be applied to `crash`: its code compiles, a surgery stays in its block,
-    and the runtime (`crash.check`) has no objection."""
+    and the runtime (`crash.check`) has no objection. Code holding a redaction placeholder never is."""
+    code = decision.source if isinstance(decision, Surgery) else decision.code if isinstance(decision, Action) else ""
+    if has_placeholder(code):
+        return Verdict(("it holds a `<redacted:...>` placeholder from the crash report where code should be",))
     if isinstance(decision, Surgery):
         verdict = check_surgery(decision.source, function_info(crash), names=visible_names(crash))
     elif isinstance(decision, Action):
@@ -108,12 +144,6 @@ def visible_names(crash: Crash) -> set[str] | None:
     if crash.frame is None:
         return None
     return set(crash.locals) | set(crash.frame.f_globals) | set(dir(builtins))
-
-
-def _code(decision: Decision) -> str:
-    if isinstance(decision, Surgery):
-        return decision.source
-    return decision.code if isinstance(decision, Action) else ""
 
 
 def _ask_person(crash: Crash, diagnosis: Diagnosis, suggestions: list[Suggestion]) -> Decision | None:
@@ -145,7 +175,11 @@ def _remember(crash: Crash, decision: Decision) -> None:
 
 
 def _record(
-    settings: Settings, report: CrashReport, answer: BotAnswer, found: list[tuple[Suggestion, Decision, Verdict]]
+    settings: Settings,
+    report: CrashReport,
+    answer: BotAnswer,
+    found: list[tuple[Suggestion, Decision, Verdict]],
+    unattended: list[Verdict],
 ) -> None:
     """Append the bot's answer to the workspace; a failure to write never costs the run."""
     entry = {
@@ -158,7 +192,10 @@ def _record(
         "source": answer.source,
         "fallback_reason": answer.fallback_reason,
         "diagnosis": answer.diagnosis.model_dump(),
-        "suggestions": [dict(s.model_dump(), valid=v.ok, reasons=list(v.reasons)) for s, _, v in found],
+        "suggestions": [
+            dict(s.model_dump(), valid=v.ok, reasons=list(v.reasons), unattended=u.ok, needs_person=list(u.reasons))
+            for (s, _, v), u in zip(found, unattended)
+        ],
         "report": report.model_dump(mode="json"),  # exactly what was sent: `daifu report` shows it
     }
     try:

@@ -14,7 +14,7 @@ from daifu.botclient import ask_bot
 from daifu.config import Settings
 from daifu.decisions import Action, Retry, Skip, Surgery
 from daifu.report import FunctionInfo, build_report
-from daifu.suggestions import check_action, check_safety, check_surgery
+from daifu.suggestions import check_action, check_surgery
 from repairbot.protocol import Suggestion
 from repairbot.server import start_in_thread
 from tests.botfixtures import crash_from, report_of
@@ -104,43 +104,6 @@ def test_action_that_does_not_compile_is_rejected() -> None:
     assert "does not compile" in str(check_action("x = ("))
 
 
-@pytest.mark.parametrize(
-    "code",
-    [
-        "import subprocess\nsubprocess.run(['ls'])",
-        "import os\nos.system('ls')",
-        "eval('1')",
-        "exec('x=1')",
-        "__import__('os')",
-        "import shutil\nshutil.rmtree('data')",
-        "from pathlib import Path\nPath('x').unlink()",
-        "import os as o\no.remove('x')",
-        "import urllib.request",
-        "import socket",
-        "import requests",
-        "getattr(os, name)()",
-        "compile('1', 'f', 'eval')",
-        "from os import system",
-    ],
-)
-def test_unsafe_code_is_refused(code: str) -> None:
-    assert not check_safety(code)
-
-
-@pytest.mark.parametrize(
-    "code",
-    [
-        "import os\nos.makedirs('ckpt', exist_ok=True)",
-        "import time\ntime.sleep(2)",
-        "items.remove(3)",
-        "x = x.float()",
-        "import torch\ntorch.cuda.empty_cache()",
-    ],
-)
-def test_ordinary_repairs_are_safe(code: str) -> None:
-    assert check_safety(code)
-
-
 def test_suggestions_become_decisions() -> None:
     def make(kind: str, code: str = "") -> Suggestion:
         return Suggestion(kind=kind, code=code, explanation="", confidence=0.5, target="sys.modules['m'].f")
@@ -149,7 +112,7 @@ def test_suggestions_become_decisions() -> None:
     assert to_decision(make("action", "x = 1")) == Action("x = 1")
     assert to_decision(make("retry")) == Retry() and to_decision(make("skip")) == Skip()
     patch = to_decision(make("patch_function", "    @cache\n    def f(self):\n        return 2\n"))
-    assert isinstance(patch, Action) and check_action(patch.code) and check_safety(patch.code)
+    assert isinstance(patch, Action) and check_action(patch.code)
     assert "def _daifu_patch_f(self):" in patch.code and "@cache" not in patch.code
 
 
