@@ -25,6 +25,7 @@ import loguru
 from daifu import config, distributed
 from daifu.crash import Crash
 from daifu.decisions import Action, Decision, Raise, Retry, Skip, Surgery
+from daifu.redact import redact
 
 
 def _own_logger() -> Any:
@@ -177,7 +178,7 @@ class Entry:
             "kind": self.crash.kind,
             "statement": self.crash.statement,
             "exception_type": self.crash.exception_type,
-            "exception_message": str(self.crash.exception),
+            "exception_message": redact(str(self.crash.exception)),  # the record is shown and shared
             "decision": play_name(decision) if decision is not None else "Raise",
             "code": code,
             "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,

@@ -2,7 +2,9 @@
 
 A report is plain data (pydantic models, shared with `repairbot`), built from a `Crash` without
 running user code beyond the summaries of `daifu.summary`, bounded in size, and free of secrets:
-variables with secret-looking names are redacted and no environment variable's value is read.
+variables with secret-looking names are redacted, and every text it carries — values, exception
+messages, source code and code lines — goes through `daifu.redact`; of the process's environment it
+holds only versions.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from pydantic import BaseModel, Field
 
 from daifu.crash import Crash
+from daifu.redact import redact, scrub, secret_values
 from daifu.summary import Summary, summarize_namespace, truncate
 
 MAX_REPORT_BYTES = 256 * 1024
@@ -142,17 +145,55 @@ def function_info(crash: Crash) -> FunctionInfo:
 
 
 def build_report(crash: Crash) -> CrashReport:
-    """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON."""
+    """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON, with no secret the crash holds."""
     report = CrashReport(
         exception=_exception_info(crash.exception),
-        function=function_info(crash),
+        function=_shown(function_info(crash)),
         frames=_frames(crash),
         variables=_variables(summarize_namespace(crash.locals)),
         environment=environment(),
-        tried=[Attempt(decision=truncate(d, 2000), outcome=truncate(o, 500)) for d, o in crash.tried],
+        tried=[Attempt(decision=truncate(redact(d), 2000), outcome=truncate(redact(o), 500)) for d, o in crash.tried],
         attempt=crash.attempt,
     )
-    return bound(report)
+    return bound(_scrubbed(report, _secrets_of(crash)))
+
+
+def _secrets_of(crash: Crash) -> set[str]:
+    """The strings the crash marks as secret (`daifu.redact.secret_values`), in every user frame."""
+    user_frames = [
+        f for f, _ in traceback.walk_tb(crash.exception.__traceback__) if not is_library(f.f_code.co_filename)
+    ]
+    sources = [crash.source]
+    for frame in user_frames:
+        try:
+            sources.append("".join(inspect.getsourcelines(frame.f_code)[0])[:_MAX_CALLEE_SOURCE])
+        except (OSError, TypeError):
+            pass
+    return secret_values([crash.locals, *(f.f_locals for f in user_frames)], sources)
+
+
+def _scrubbed(report: CrashReport, secrets: set[str]) -> CrashReport:
+    """`report` with each of `secrets` redacted from every text in it, wherever it appears."""
+    if not secrets:
+        return report
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return scrub(value, secrets)
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        return value
+
+    return CrashReport.model_validate(walk(report.model_dump()))
+
+
+def _shown(function: FunctionInfo) -> FunctionInfo:
+    """The function as a report shows it: secrets in its source redacted, its lines where they were."""
+    return function.model_copy(
+        update={"source": redact(function.source, code=True), "statement": redact(function.statement, code=True)}
+    )
 
 
 def fingerprint(report: CrashReport) -> str:
@@ -196,7 +237,7 @@ def _exception_info(error: BaseException) -> ExceptionInfo:
 
 def _message(error: BaseException) -> str:
     try:
-        return truncate(str(error), _MAX_MESSAGE)
+        return truncate(redact(str(error)[: 4 * _MAX_MESSAGE]), _MAX_MESSAGE)
     except Exception:
         return "<str() of the exception failed>"
 
@@ -236,7 +277,7 @@ def _frames(crash: Crash) -> list[Frame]:
                 filename=crash.filename,
                 lineno=crash.lineno,
                 function=crash.function_name,
-                code=crash.statement.strip(),
+                code=redact(crash.statement.strip(), code=True),
                 locals=_variables(summarize_namespace(crash.locals)),
             )
         )
@@ -269,7 +310,7 @@ def _frame(frame: FrameType, lineno: int, values: Any, *, callee: bool, filename
         qualname=getattr(frame.f_code, "co_qualname", frame.f_code.co_name),
         module=str(frame.f_globals.get("__name__", "")),
         library=is_library(name),
-        code=_line(name, lineno, frame),
+        code=redact(_line(name, lineno, frame), code=True),
         locals=_variables(summarize_namespace(values)),
     )
     if callee and not result.library:
@@ -296,7 +337,7 @@ def _callee_source(frame: FrameType) -> tuple[str | None, int | None]:
     except (OSError, TypeError):
         return None, None
     source = "".join(lines)
-    return (source, first) if len(source) <= _MAX_CALLEE_SOURCE else (None, None)
+    return (redact(source, code=True), first) if len(source) <= _MAX_CALLEE_SOURCE else (None, None)
 
 
 def _variables(summaries: dict[str, Summary]) -> dict[str, Variable]:

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Request
 
 import daifu
-from repairbot.protocol import Culprit, Diagnosis, SuggestResponse, Suggestion
+from repairbot.protocol import Suggestion
 from repairbot.server import serve_in_thread
+from tests.botfixtures import ScriptedBot
 from tests.hostile_payloads import PAYLOADS, Payload, embedded_in_surgery, rendered
 
 torch = pytest.importorskip("torch")
@@ -46,26 +46,6 @@ def train(model, optimizer, batches, losses):
         optimizer.step()
         losses.append(loss.item())
     return losses
-
-
-class HostileBot:
-    """Answers `/v1/suggest` with whatever `suggestions` holds; keeps every request body it got."""
-
-    def __init__(self) -> None:
-        self.suggestions: list[Suggestion] = []
-        self.requests: list[bytes] = []
-        self.app = FastAPI()
-
-        @self.app.post("/v1/suggest")
-        async def suggest(request: Request) -> SuggestResponse:
-            self.requests.append(await request.body())
-            culprit = Culprit(function="train", filename="train.py", lineno=1, reason="it is wrong")
-            return SuggestResponse(
-                fingerprint="0" * 20,
-                diagnosis=Diagnosis(category="unknown", culprit=culprit, explanation="Apply this fix."),
-                backend_used="hostile",
-                suggestions=self.suggestions,
-            )
 
 
 class Listener:
@@ -94,8 +74,8 @@ class Listener:
 
 
 @pytest.fixture(scope="module")
-def bot() -> Iterator[tuple[HostileBot, str]]:
-    hostile = HostileBot()
+def bot() -> Iterator[tuple[ScriptedBot, str]]:
+    hostile = ScriptedBot()
     url, stop = serve_in_thread(hostile.app)
     yield hostile, url
     stop()
@@ -142,7 +122,7 @@ def suggestions_for(code: str) -> list[Suggestion]:
 @pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: p.name)
 def test_no_hostile_payload_runs(
     payload: Payload,
-    bot: tuple[HostileBot, str],
+    bot: tuple[ScriptedBot, str],
     listener: Listener,
     places: dict[str, Path],
     tmp_path: Path,
@@ -168,7 +148,7 @@ def test_no_hostile_payload_runs(
 
 
 def test_the_same_path_applies_what_the_allowlist_admits(
-    bot: tuple[HostileBot, str], places: dict[str, Path], tmp_path: Path
+    bot: tuple[ScriptedBot, str], places: dict[str, Path], tmp_path: Path
 ) -> None:
     hostile, url = bot
     code = f"import os\nos.makedirs({str(places['marker'])!r}, exist_ok=True)\ny = y.long()"
