@@ -199,7 +199,7 @@ STRING_METHODS = frozenset({"replace"})
 one when the crash happened and not rebound by the code, or a name every binding of which in the code
 is certainly a `str`."""
 _STRING_RESULTS = frozenset(
-    "replace strip lstrip rstrip lower upper removeprefix removesuffix zfill join format".split()
+    "replace strip lstrip rstrip lower upper removeprefix removesuffix zfill join".split()
 )
 
 _EFFECT_ATTRIBUTES = frozenset(
@@ -230,6 +230,7 @@ class Context:
     source: the running source of the function (a surgery is compared with it).
     names: every local and global name visible there (they shadow builtins).
     modules: those names bound to modules, with the module's name (`F` -> `torch.nn.functional`).
+    paths: those names bound to an allowlisted callable, with its path in `CALLS` (`sleep` -> `time.sleep`).
     callables: callees the function's own code calls (`model`, `optimizer.zero_grad`) whose live value
         is not from a dangerous module.
     containers, strings: names holding a list/dict/set, or a str.
@@ -240,6 +241,7 @@ class Context:
     source: str = ""
     names: frozenset[str] = frozenset()
     modules: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    paths: Mapping[str, str] = dataclasses.field(default_factory=dict)
     callables: frozenset[str] = frozenset()
     containers: frozenset[str] = frozenset()
     strings: frozenset[str] = frozenset()
@@ -306,7 +308,7 @@ def _check_def(source: str, running: str, context: Context, what: str) -> Verdic
     if isinstance(new, ast.AsyncFunctionDef):
         return Verdict((f"line {new.lineno}: an async function cannot be changed without a person",))
     changed = list(changed_statements(old_def.body if old_def else [], new.body))
-    parameters = frozenset(a.arg for a in ast.walk(new.args) if isinstance(a, ast.arg))
+    parameters = frozenset(a.arg for a in ast.walk(new) if isinstance(a, ast.arg))  # nested defs' too
     return _verdict(changed, context, deletable=_stores(new.body), parameters=parameters)
 
 
@@ -557,6 +559,8 @@ class _Checker:
         self._stmts(node.body + node.orelse + node.finalbody)
 
     def _handler(self, handler: ast.ExceptHandler) -> None:
+        if handler.name and (handler.name in self.context.modules or handler.name in self.imports):
+            self.refuse(handler, f"`except ... as {handler.name}` rebinds a module name")
         kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
         for kind in kinds:
             if kind is None or (isinstance(kind, ast.Name) and kind.id in _BROAD_EXCEPTIONS):
@@ -678,7 +682,7 @@ class _Checker:
         name = node.id
         if name.startswith("__"):
             self.refuse(node, f"uses the dunder name `{name}`")
-        elif self.module_of(name) is not None and name not in self.bound:
+        elif self.module_of(name) is not None:
             self.refuse(node, f"uses the module `{name}` as a value")
         elif name in self.imports and self.imports[name] not in CALLS | VALUES:
             self.refuse(node, f"uses `{name}` ({self.imports[name]}) as a value")
@@ -785,11 +789,17 @@ class _Checker:
         self._callee(node)
         for argument in [*node.args, *(k.value for k in node.keywords)]:
             if isinstance(argument, ast.Lambda):  # its parameters are in `bound`, so it cannot call them
+                self._lambda_parameters(argument)
                 self._exprs([d for d in [*argument.args.defaults, *argument.args.kw_defaults] if d is not None])
                 self.expr(argument.body)
             else:
                 self.expr(argument)
         self._sizes(node)
+
+    def _lambda_parameters(self, node: ast.Lambda) -> None:
+        for parameter in (a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)):
+            if parameter in self.context.modules or parameter in self.imports or parameter.startswith("__"):
+                self.refuse(node, f"a lambda parameter rebinds `{parameter}`")
 
     # -- calls
 
@@ -803,14 +813,15 @@ class _Checker:
             else:
                 self.refuse(node, f"calls a computed callee `{text}`")
             return
-        if root not in self.bound and root not in self.imports and text in self.context.callables:
+        path = self.module_path(func)
+        if path in CALLS:  # first, so that an allowlisted callee keeps its bounds (`time.sleep`)
+            self._module_call(node, path, text)
+        elif root not in self.bound and root not in self.imports and text in self.context.callables:
             if isinstance(func, ast.Attribute):  # the function's own call, on its own object or module
                 self._attribute(func)
                 if self.module_of(root) is None:
                     self.expr(func.value)
-            return
-        path = self.module_path(func)
-        if path is not None:
+        elif path is not None:
             self._module_call(node, path, text)
         elif isinstance(func, ast.Name):
             self._name_call(node, func)
@@ -898,9 +909,7 @@ class _Checker:
         if name in self.imports:
             meaning = self.imports[name]
             return meaning if meaning in IMPORTS or meaning not in CALLS | VALUES else None
-        if name in self.bound:
-            return None
-        return self.context.modules.get(name)
+        return self.context.modules.get(name)  # a module name the code rebinds is refused where it does
 
     def module_path(self, node: ast.expr) -> str | None:
         """The dotted path of `node` when it is an attribute chain rooted at a module (`F.relu` -> ...)."""
@@ -910,8 +919,10 @@ class _Checker:
             node = node.value
         if not isinstance(node, ast.Name):
             return None
-        if node.id in self.imports and not parts:
+        if not parts and node.id in self.imports:
             return self.imports[node.id]
+        if not parts and node.id in self.context.paths and node.id not in self.bound:
+            return self.context.paths[node.id]  # `sleep`, from a user's `from time import sleep`
         module = self.module_of(node.id)
         if module is None:
             return None
@@ -1105,8 +1116,10 @@ def build_context(source: str, values: Mapping[str, Any], module: str) -> Contex
     allowlisted = _allowlisted_objects()
     callables = {text for text, value in _source_callees(source, values) if _admissible(value, module, allowlisted)}
     callables |= {name for name, value in values.items() if _named_callable(value, module, allowlisted)}
+    paths = {name: allowlisted[id(v)] for name, v in values.items() if id(v) in allowlisted and callable(v)}
     return Context(
         source=source,
+        paths=paths,
         names=frozenset(values),
         modules=modules,
         callables=frozenset(callables),
@@ -1129,10 +1142,8 @@ def _allowlisted_objects() -> dict[int, str]:
 
 
 def _named_callable(value: Any, module: str, allowlisted: Mapping[int, str]) -> bool:
-    """Whether a name the frame sees may be called even if the function does not call it yet: an
-    allowlisted callable under any name, or a function or class the function's own module defines."""
-    if id(value) in allowlisted:
-        return True
+    """Whether a name the frame sees may be called even if the function does not call it yet: a function
+    or class the function's own module defines (an allowlisted callable under any name is in `paths`)."""
     defined_here = isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == module
     return defined_here and _admissible(value, module, allowlisted)
 

@@ -45,7 +45,8 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
     if settings.approve == "auto":
         chosen = _first_unattended(crash, found, unattended)
     else:
-        chosen = _ask_person(crash, answer.diagnosis, [s for s, _, _ in options])
+        shown = [s.model_copy(update={"code": d.source}) if isinstance(d, Surgery) else s for s, d, _ in options]
+        chosen = _ask_person(crash, answer.diagnosis, shown)  # surgeries with their redacted lines put back
     if chosen is not None:
         _remember(crash, chosen)
     return chosen

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from time import sleep  # noqa: F401 - user modules hold such names: `sleep(...)` keeps its bound
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,12 @@ PAYLOADS = [
     Payload("iter_sentinel", "for _ in iter(int, 1):\n    pass", "hang"),
     Payload("itertools_count", "import itertools\nfor _ in itertools.count():\n    pass", "hang"),
     Payload("long_sleep", "import time\ntime.sleep(3600)", "hang"),
+    Payload("long_sleep_imported_name", "from time import sleep as nap\nnap(3600)", "hang"),
+    Payload("long_sleep_through_a_global", "sleep(3600)", "hang"),
+    Payload(
+        "lambda_parameter_shadows_module", "sorted([1], key=lambda os: 0)\nkey = os.environ['OPENAI_API_KEY']", "leak"
+    ),
+    Payload("except_as_shadows_module", "try:\n    n = 1\nexcept ValueError as os:\n    pass", "state"),
     Payload("computed_sleep", "import time\nseconds = 3600\ntime.sleep(seconds)", "hang"),
     Payload("lambda_rebinds_model", f"model = lambda *a, **k: os.system({TOUCH})", "file", trigger="model(1)"),
     Payload("rebinds_callee_to_method", "model = torch.zeros(1).numpy().tofile", "file", trigger="model({marker})"),

@@ -246,6 +246,8 @@ def test_reasons_name_the_construct_and_its_line(context: Context) -> None:
         ("import time\ntime.sleep(61)", False),
         ("import time\ntime.sleep(-1)", False),
         ("import time\ntime.sleep(batch_size)", False),
+        ("sleep(5)", True),  # the module's own `from time import sleep`
+        ("sleep(61)", False),
         ("x = torch.zeros(10000, 10000)", True),
         ("x = torch.zeros(100000, 10000)", False),
         ("x = torch.zeros((10**4, 10**5))", False),
@@ -461,3 +463,18 @@ def test_rules_suggestions_for_paths_and_memory_are_admitted(case: str, tmp_path
     for suggestion in coded:
         verdict = check_suggestion(suggestion, context)
         assert verdict.ok, (case, suggestion.code, verdict.reasons)
+
+
+def test_a_rules_patch_of_a_callee_is_applied_unattended(tmp_path: Path) -> None:
+    import daifu
+
+    original = head_of.__code__
+    daifu.configure(mode="automatic", approve="auto", workspace=tmp_path / "ws")
+    try:
+        assert daifu.transform(take_half)([1, 2, 3, 4]) == [1, 2]
+        assert head_of.__code__ is not original  # patched in place, as the runtime does
+    finally:
+        head_of.__code__ = original
+    answer = json.loads((tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()[-1])
+    patch = next(s for s in answer["suggestions"] if s["kind"] == "patch_function")
+    assert patch["valid"] and patch["unattended"] and patch["needs_person"] == []
