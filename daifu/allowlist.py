@@ -198,9 +198,7 @@ STRING_METHODS = frozenset({"replace"})
 """Methods allowed only on a name known to hold a `str` (`Path.replace` renames a file): a local holding
 one when the crash happened and not rebound by the code, or a name every binding of which in the code
 is certainly a `str`."""
-_STRING_RESULTS = frozenset(
-    "replace strip lstrip rstrip lower upper removeprefix removesuffix zfill join".split()
-)
+_STRING_RESULTS = frozenset("replace strip lstrip rstrip lower upper removeprefix removesuffix zfill join".split())
 
 _EFFECT_ATTRIBUTES = frozenset(
     "system popen remove unlink rmdir rmtree rename replace write write_text write_bytes tofile dump dumps save "
