@@ -306,7 +306,13 @@ def _check_def(source: str, running: str, context: Context, what: str) -> Verdic
     if isinstance(new, ast.AsyncFunctionDef):
         return Verdict((f"line {new.lineno}: an async function cannot be changed without a person",))
     changed = list(changed_statements(old_def.body if old_def else [], new.body))
-    parameters = frozenset(a.arg for a in ast.walk(new) if isinstance(a, ast.arg))  # nested defs' too
+    parameters = frozenset(
+        a.arg
+        for d in ast.walk(new)
+        if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))  # nested defs' too; lambdas' stay in them
+        for a in ast.walk(d.args)
+        if isinstance(a, ast.arg)
+    )
     return _verdict(changed, context, deletable=_stores(new.body), parameters=parameters)
 
 
@@ -338,15 +344,20 @@ def _header(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
 
 
 def _stores(statements: list[ast.stmt]) -> frozenset[str]:
-    """The names `statements` assign or import: the names of its own the code may read before the frame
-    has them, and the only names its `del` may remove."""
+    """The names `statements` assign or import in their own scope: the names of its own the code may read
+    before the frame has them, and the only names its `del` may remove. A lambda's parameters and a
+    comprehension's variables stay inside it, as in Python, so they are left out."""
     found: set[str] = set()
-    for statement in statements:
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                found.add(node.id)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                found.update(a.asname or a.name.split(".")[0] for a in node.names)
+    pending: list[ast.AST] = list(statements)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(a.asname or a.name.split(".")[0] for a in node.names)
+        pending.extend(ast.iter_child_nodes(node))
     return frozenset(found)
 
 
@@ -439,6 +450,8 @@ class _Checker:
         self.bound: set[str] = set()
         self.made_containers: set[str] = set()
         self.made_strings: set[str] = set()
+        self.scopes: list[set[str]] = []
+        """The names bound by the lambdas and comprehensions around the expression being checked."""
         self._collect(statements)
 
     def refuse(self, node: ast.AST | None, what: str) -> None:
@@ -690,8 +703,10 @@ class _Checker:
             self.refuse(node, f"uses `{name}`, which is not defined where the code runs")
 
     def _known(self, name: str) -> bool:
-        """Whether `name` is bound where the code runs: in the frame, by the code or its function, or a builtin."""
-        return name in self.known or name in self.bound or name in self.imports or name in builtins.__dict__
+        """Whether `name` is bound where it is read: in the frame, by the code or its function in their own
+        scope, by the lambda or comprehension being checked, or as a builtin."""
+        in_scope = any(name in scope for scope in self.scopes)
+        return name in self.known or in_scope or name in self.imports or name in builtins.__dict__
 
     def _is_builtin(self, name: str) -> bool:
         return name in builtins.__dict__ and name not in self.context.names and name not in self.bound
@@ -763,22 +778,24 @@ class _Checker:
             self.expr(node.format_spec)
 
     def _expr_ListComp(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp) -> None:
-        self._generators(node.generators)
-        self.expr(node.elt)
+        self._comprehension(node.generators, [node.elt])
 
     _expr_SetComp = _expr_GeneratorExp = _expr_ListComp
 
     def _expr_DictComp(self, node: ast.DictComp) -> None:
-        self._generators(node.generators)
-        self._exprs([node.key, node.value])
+        self._comprehension(node.generators, [node.key, node.value])
 
-    def _generators(self, generators: list[ast.comprehension]) -> None:
+    def _comprehension(self, generators: list[ast.comprehension], parts: list[ast.expr]) -> None:
+        """The generators, then `parts` (element, key, value), with the comprehension's variables in scope."""
+        self.scopes.append({n.id for g in generators for n in ast.walk(g.target) if isinstance(n, ast.Name)})
         for generator in generators:
             if generator.is_async:
                 self.refuse(generator.iter, "an `async for` comprehension is not allowed without a person")
             self.target(generator.target, None)
             self.expr(generator.iter)
             self._exprs(generator.ifs)
+        self._exprs(parts)
+        self.scopes.pop()
 
     def _expr_Lambda(self, node: ast.Lambda) -> None:
         self.refuse(node, "a lambda that is not passed straight to a call")
@@ -789,7 +806,9 @@ class _Checker:
             if isinstance(argument, ast.Lambda):  # its parameters are in `bound`, so it cannot call them
                 self._lambda_parameters(argument)
                 self._exprs([d for d in [*argument.args.defaults, *argument.args.kw_defaults] if d is not None])
+                self.scopes.append({a.arg for a in ast.walk(argument.args) if isinstance(a, ast.arg)})
                 self.expr(argument.body)
+                self.scopes.pop()
             else:
                 self.expr(argument)
         self._sizes(node)

@@ -35,6 +35,8 @@ class Payload:
     code: str
     effect: str
     trigger: str = ""
+    needs: str = ""
+    """A global the payload's harm relies on; where the frame lacks it, the same code is harmless."""
 
     def render(self, marker: str, victim: str, victim_dir: str, port: int) -> str:
         return (
@@ -200,7 +202,8 @@ PAYLOADS = [
     Payload(
         "lambda_parameter_shadows_module", "sorted([1], key=lambda os: 0)\nkey = os.environ['OPENAI_API_KEY']", "leak"
     ),
-    Payload("except_as_shadows_module", "try:\n    n = 1\nexcept ValueError as os:\n    pass", "state"),
+    Payload("comprehension_variable_outside_its_scope", "[0 for os in []]\nkey = os.environ['OPENAI_API_KEY']", "leak"),
+    Payload("except_as_shadows_module", "try:\n    n = 1\nexcept ValueError as os:\n    pass", "state", needs="os"),
     Payload("computed_sleep", "import time\nseconds = 3600\ntime.sleep(seconds)", "hang"),
     Payload("lambda_rebinds_model", f"model = lambda *a, **k: os.system({TOUCH})", "file", trigger="model(1)"),
     Payload("rebinds_callee_to_method", "model = torch.zeros(1).numpy().tofile", "file", trigger="model({marker})"),

@@ -29,6 +29,7 @@ from daifu.allowlist import (
     CONTAINER_METHODS,
     METHODS,
     Context,
+    build_context,
     check_patch_safety,
     check_safety,
     check_suggestion,
@@ -124,6 +125,17 @@ def test_every_payload_is_refused_as_an_action(payload: Payload, context: Contex
     verdict = check_safety(code_of(payload), context)
     assert not verdict.ok
     assert all(reason.startswith("line ") for reason in verdict.reasons), verdict.reasons
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: p.name)
+def test_every_payload_is_refused_in_a_module_that_imports_nothing(payload: Payload, crash: Crash) -> None:
+    """Where `os` or `torch` is no global, a payload must not pass by binding or reading them itself."""
+    bare = build_context(crash.source, dict(crash.locals), "bare_module")
+    if payload.needs:
+        pytest.skip(f"harmless without a global {payload.needs!r}")
+    assert not check_safety(code_of(payload), bare).ok
+    surgery = embedded_in_surgery(code_of(payload), crash.source, "loss = F.cross_entropy(out, y)")
+    assert not check_surgery_safety(surgery, bare).ok
 
 
 @pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: p.name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os  # noqa: F401 - a training script's globals: payloads such as `except ... as os` aim at it
 import socket
 import threading
 from pathlib import Path
@@ -84,6 +85,14 @@ def bot() -> Iterator[tuple[ScriptedBot, str]]:
 @pytest.fixture(scope="module")
 def listener() -> Listener:
     return Listener()
+
+
+@pytest.fixture(autouse=True)
+def _unpatched() -> Iterator[None]:
+    """A payload that got through as a patch must not change the code the next test runs."""
+    code = cross_entropy_of.__code__
+    yield
+    cross_entropy_of.__code__ = code
 
 
 @pytest.fixture
