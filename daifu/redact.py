@@ -27,6 +27,7 @@ back the original of the lines a repair kept, where that can be told unambiguous
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import os
 import re
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 PLACEHOLDER = "<redacted:{}>"
-_MAX_TEXT = 1_000_000
+_MAX_TEXT = 256 * 1024
 """Characters of one text looked at; a longer one is cut first (a report never sends that much)."""
 
 SECRET_WORDS = (
@@ -53,6 +54,7 @@ _EXACT_SECRET_KEYS = frozenset({"token", "auth", "pass", "pw", "aws_secret_acces
 Replacer = Callable[["re.Match[str]"], str]
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(name: str) -> bool:
     """Whether a dict key, a keyword or a variable's name suggests that its value is a credential."""
     return name.lower() in _EXACT_SECRET_KEYS or bool(_SECRET_KEY.search(name))
@@ -87,28 +89,42 @@ def _scheme(m: re.Match[str]) -> str:
     return _group("bearer", 2)(m)
 
 
-_FORMATS: list[tuple[re.Pattern[str], Replacer]] = [
+_FORMATS: list[tuple[tuple[str, ...], re.Pattern[str], Replacer]] = [
+    (("sk-ant-",), re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{16,}"), _whole("anthropic-key")),
+    (("sk-",), re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"), _whole("openai-key")),
     (
-        re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----.{0,20000}?(?:-----END [A-Z0-9 ]*-----|\Z)", re.S),
-        _whole("private-key"),
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"),
+        _whole("github-token"),
     ),
-    (re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{16,}"), _whole("anthropic-key")),
-    (re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"), _whole("openai-key")),
-    (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"), _whole("github-token")),
-    (re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"), _whole("gitlab-token")),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"), _whole("aws-access-key-id")),
-    (re.compile(r"(?i)(aws.{0,30}?)\b([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"), _group("aws-secret-key", 2)),
-    (re.compile(r"\bxox[baprs]-[A-Za-z0-9\-]{10,}"), _whole("slack-token")),
-    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35,40}"), _whole("google-api-key")),
-    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), _whole("huggingface-token")),
-    (re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"), _whole("jwt")),
-    (re.compile(r"(?i)\b(bearer|basic|token)\s+((?!<redacted)[A-Za-z0-9._~+/=\-]{8,})"), _scheme),
+    (("glpat-",), re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"), _whole("gitlab-token")),
     (
+        ("akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"),
+        re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),
+        _whole("aws-access-key-id"),
+    ),
+    (("aws",), re.compile(r"(?i)(aws.{0,30}?)\b([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"), _group("aws-secret-key", 2)),
+    (("xox",), re.compile(r"\bxox[baprs]-[A-Za-z0-9\-]{10,}"), _whole("slack-token")),
+    (("aiza",), re.compile(r"\bAIza[0-9A-Za-z_\-]{35,40}"), _whole("google-api-key")),
+    (("hf_",), re.compile(r"\bhf_[A-Za-z0-9]{30,}"), _whole("huggingface-token")),
+    (("eyj",), re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"), _whole("jwt")),
+    (
+        ("bearer", "basic", "token"),
+        re.compile(r"(?i)\b(bearer|basic|token)\s+((?!<redacted)[A-Za-z0-9._~+/=\-]{8,})"),
+        _scheme,
+    ),
+    (
+        ("://",),
         re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'\"<>]{1,200}:)([^\s@/'\"<>]{1,200})(@)"),
         _group("password", 2),
     ),
 ]
-"""Secrets recognised by their own shape, in the order they are tried (`sk-ant-` before `sk-`)."""
+"""Secrets recognised by their own shape, in the order they are tried (`sk-ant-` before `sk-`), each
+with the lower-case fragments one of which the text must hold for the pattern to be tried at all."""
+
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_KEY_ANCHORS = ("pass", "pwd", "secret", "credential", "key", "token", "auth", "bearer", "cookie", "session")
+"""Fragments one of which a text must hold for the secret-looking-key patterns to be tried."""
 
 _KEY = rf"[\w\-]*(?:{SECRET_WORDS})[\w\-]*|token|auth"
 _QUOTED_VALUE = re.compile(
@@ -125,21 +141,42 @@ _NEAR_WORD = re.compile(
 )
 
 
-def redact(text: str, *, code: bool = False) -> str:
+def redact(text: str, *, code: bool = False, environment: bool = True) -> str:
     """`text` with every secret recognised in it replaced by `<redacted:kind>`.
 
     code: `text` is source code, where a secret-looking key's value counts only as a string literal
     (`token = tokens[i]` is not a secret; `api_key = "..."` is).
+    environment: look for the values of secret environment variables too; a caller redacting many
+    small texts (a report's summaries) leaves it to one `scrub` of the whole with `secret_environment()`.
     """
-    text = text[:_MAX_TEXT]
-    for pattern, replace in _FORMATS:
-        text = pattern.sub(replace, text)
-    text = _QUOTED_VALUE.sub(_keyed, text)
-    if not code:
-        text = _HEADER.sub(_group("secret", 2), text)
-        text = _BARE_VALUE.sub(_keyed, text)
-        text = _NEAR_WORD.sub(_high_entropy, text)
-    return _environment_values(text)
+    text = _private_keys(text[:_MAX_TEXT])
+    lowered = text.lower()
+    for anchors, pattern, replace in _FORMATS:
+        if any(anchor in lowered for anchor in anchors):
+            text = pattern.sub(replace, text)
+    if any(anchor in lowered for anchor in _KEY_ANCHORS):
+        text = _QUOTED_VALUE.sub(_keyed, text)
+        if not code:
+            text = _HEADER.sub(_group("secret", 2), text)
+            text = _BARE_VALUE.sub(_keyed, text)
+            text = _NEAR_WORD.sub(_high_entropy, text)
+    return _environment_values(text) if environment else text
+
+
+def _private_keys(text: str) -> str:
+    """`text` with each PEM private key block, from its BEGIN line to its END line (or the end), redacted."""
+    if "PRIVATE KEY" not in text:
+        return text
+    parts, position = [], 0
+    for begin in _PEM_BEGIN.finditer(text):
+        if begin.start() < position:
+            continue
+        end = text.find("-----END", begin.end())
+        close = text.find("-----", end + 8) if end != -1 else -1
+        stop = close + 5 if close != -1 else len(text)
+        parts += [text[position : begin.start()], _placeholder("private-key", text[begin.start() : stop])]
+        position = stop
+    return "".join(parts) + text[position:]
 
 
 def _keyed(m: re.Match[str]) -> str:
@@ -178,9 +215,18 @@ def _entropy(word: str) -> float:
     return -sum(n / len(word) * math.log2(n / len(word)) for n in counts.values())
 
 
+def secret_environment() -> set[str]:
+    """The values (6+ characters) of the environment variables whose names look secret."""
+    return {
+        value
+        for name, value in os.environ.items()
+        if len(value) >= 6 and (is_secret_key(name) or name.upper().endswith(("_KEY", "_TOKEN")))
+    }
+
+
 def _environment_values(text: str) -> str:
-    for name, value in os.environ.items():
-        if len(value) >= 6 and (is_secret_key(name) or name.upper().endswith(("_KEY", "_TOKEN"))) and value in text:
+    for value in secret_environment():
+        if value in text:
             text = text.replace(value, PLACEHOLDER.format("environment"))
     return text
 

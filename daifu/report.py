@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pydantic import BaseModel, Field
 
 from daifu.crash import Crash
-from daifu.redact import redact, scrub, secret_values
+from daifu.redact import redact, scrub, secret_environment, secret_values
 from daifu.summary import Summary, summarize_namespace, truncate
 
 MAX_REPORT_BYTES = 256 * 1024
@@ -159,17 +159,18 @@ def build_report(crash: Crash) -> CrashReport:
 
 
 def _secrets_of(crash: Crash) -> set[str]:
-    """The strings the crash marks as secret (`daifu.redact.secret_values`), in every user frame."""
-    user_frames = [
-        f for f, _ in traceback.walk_tb(crash.exception.__traceback__) if not is_library(f.f_code.co_filename)
-    ]
+    """The strings the crash marks as secret (`daifu.redact.secret_values`) in every user frame, and the
+    values of secret environment variables: redacted from the whole report once (`_scrubbed`)."""
+    frames = [frame for frame, _ in traceback.walk_tb(crash.exception.__traceback__)]
+    library = {name: is_library(name) for name in {f.f_code.co_filename for f in frames}}
+    user = [f for f in frames if not library[f.f_code.co_filename]]
     sources = [crash.source]
-    for frame in user_frames:
+    for code in dict.fromkeys(f.f_code for f in user):  # each function once, however deep the recursion
         try:
-            sources.append("".join(inspect.getsourcelines(frame.f_code)[0])[:_MAX_CALLEE_SOURCE])
+            sources.append("".join(inspect.getsourcelines(code)[0])[:_MAX_CALLEE_SOURCE])
         except (OSError, TypeError):
             pass
-    return secret_values([crash.locals, *(f.f_locals for f in user_frames)], sources)
+    return secret_values([crash.locals, *(f.f_locals for f in user)], sources) | secret_environment()
 
 
 def _scrubbed(report: CrashReport, secrets: set[str]) -> CrashReport:

@@ -75,14 +75,14 @@ def summarize(value: Any) -> Summary:
         summary = _dispatch(value)
     except Exception as error:  # a user object's __repr__ or property may raise anything
         summary = Summary(type(value).__name__, f"<summary failed: {type(error).__name__}>")
-    summary.text = truncate(redact(summary.text[: 4 * MAX_TEXT]))
+    summary.text = truncate(redact(summary.text[: 4 * MAX_TEXT], environment=False))  # see `_scrubbed`
     summary.facts = {key: _redacted_fact(fact) for key, fact in summary.facts.items()}
     return summary
 
 
 def _redacted_fact(fact: Fact) -> Fact:
     if isinstance(fact, str):
-        return redact(fact)
+        return redact(fact, environment=False)
     if isinstance(fact, list):
         return [_redacted_fact(item) for item in fact]
     return fact
