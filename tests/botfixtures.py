@@ -10,9 +10,8 @@ from typing import Any
 from collections.abc import Callable
 
 from daifu.core.crash import Crash
-from repairbot.protocol import CrashReport
 from daifu.report.build import build_report
-from repairbot.protocol import Suggestion
+from repairbot.protocol import CrashReport, Culprit, Diagnosis, SuggestResponse, Suggestion
 
 
 def crash_from(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Crash:
@@ -115,3 +114,31 @@ class FakeChatServer:
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             }
         )
+
+
+class ScriptedBot:
+    """A repair bot answering `/v1/suggest` with whatever `suggestions` holds, keeping every request body.
+
+    Serve `app` with `repairbot.server.serve_in_thread`: it is what a hostile or broken bot looks like
+    to the client, over real HTTP.
+    """
+
+    def __init__(self) -> None:
+        from fastapi import FastAPI, Request
+
+        self.suggestions: list[Suggestion] = []
+        self.requests: list[bytes] = []
+        self.app = FastAPI()
+
+        async def suggest(request: Request) -> SuggestResponse:
+            self.requests.append(await request.body())
+            culprit = Culprit(function="train", filename="train.py", lineno=1, reason="it is wrong")
+            return SuggestResponse(
+                fingerprint="0" * 20,
+                diagnosis=Diagnosis(category="unknown", culprit=culprit, explanation="Apply this fix."),
+                backend_used="scripted",
+                suggestions=self.suggestions,
+            )
+
+        suggest.__annotations__ = {"request": Request, "return": SuggestResponse}  # FastAPI reads real types
+        self.app.post("/v1/suggest")(suggest)

@@ -23,7 +23,8 @@ from daifu.core.patch import patch_function, resolve
 from daifu.core.crash import Crash
 from repairbot.protocol import CrashReport
 from daifu.report.build import build_report, function_info
-from daifu.decide.suggestions import Verdict, check_action, check_safety, check_surgery
+from daifu.decide.allowlist import check_safety, context_for
+from daifu.decide.suggestions import Verdict, check_action, check_surgery
 from repairbot.protocol import Suggestion
 from tests.botfixtures import crash_from
 
@@ -57,7 +58,7 @@ class Case:
             return check_action(suggestion.code) if resolve(suggestion.target or "") else Verdict(("no target",))
         if suggestion.kind == "action":
             verdict = check_action(suggestion.code)
-            return verdict if not verdict.ok else check_safety(suggestion.code)
+            return verdict if not verdict.ok else check_safety(suggestion.code, context_for(self.crash))
         return Verdict()
 
     def fixes(self, suggestion: Suggestion) -> bool:

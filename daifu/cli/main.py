@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from daifu import config
 from daifu.cli import launch
 from daifu.store import repairs
+from daifu.report.redact import redact
 
 USAGE_ERROR = 2
 
@@ -134,12 +135,12 @@ def _report(args: argparse.Namespace) -> int:
     if not 1 <= number <= len(entries):
         return _usage_error(f"daifu report: no repair {number} in the record ({len(entries)} recorded)")
     entry = entries[number - 1]
-    for key, value in entry.items():
+    for key, value in entry.items():  # shown redacted: a repair's code may hold the user's own secrets
         if key != "code":
-            print(f"{key:>17}: {value}")
+            print(f"{key:>17}: {redact(str(value))}")
     if entry.get("code"):
         print("             code:")
-        print("\n".join(f"    {line}" for line in str(entry["code"]).rstrip("\n").splitlines()))
+        print("\n".join(f"    {line}" for line in redact(str(entry["code"]), code=True).rstrip("\n").splitlines()))
     sent = _sent_report(entry, _folder(args.record))
     if sent is not None:
         print("\nThe crash report sent to the repair bot:\n")

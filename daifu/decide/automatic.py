@@ -33,8 +33,9 @@ from daifu.core.decisions import Action, Decision, Patch, Retry, Skip, SkipItera
 from daifu.core.trial import Outcome, Verdict
 from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.decide import watch
-from daifu.decide.suggestions import check_safety
+from daifu.decide.allowlist import check_suggestion, context_for
 from daifu.report.build import build_report
+from daifu.report.redact import has_placeholder, restore_lines
 from daifu.say import say, say_once
 from daifu.store import record
 from repairbot.protocol import CrashReport, Diagnosis, Suggestion, fingerprint
@@ -109,20 +110,31 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
 
 
 def candidates(crash: Crash, suggestions: list[Suggestion]) -> list[Candidate]:
-    """Each suggestion not tried yet on this crash, as a decision, with what would stop it."""
+    """Each suggestion not tried yet on this crash, as a decision, with what would stop it: the
+    runtime's objection, a redaction placeholder left in its code, and (for running it without a
+    person) every construct outside the allowlist (`daifu.decide.allowlist`)."""
     tried = {decision for decision, _ in crash.tried}
+    context = context_for(crash)
     found = []
     for suggestion in suggestions:
-        decision = to_decision(suggestion)
+        decision = restored(to_decision(suggestion), crash)
         if repr(decision) in tried:
             continue
-        problem = crash.check(decision)
-        code = code_of(decision)
-        unsafe = check_safety(code).reasons if code and not isinstance(decision, Patch) else ()
-        if isinstance(decision, Patch):
-            unsafe = check_safety(_body_of(decision.source)).reasons
-        found.append(Candidate(suggestion, decision, (problem,) if problem else (), tuple(unsafe)))
+        if has_placeholder(code_of(decision) or ""):
+            problems: tuple[str, ...] = ("it holds a `<redacted:...>` placeholder from the crash report where code should be",)
+        else:
+            problem = crash.check(decision)
+            problems = (problem,) if problem else ()
+        unsafe = check_suggestion(suggestion, context, code_of(decision) or "").reasons
+        found.append(Candidate(suggestion, decision, problems, tuple(unsafe)))
     return found
+
+
+def restored(decision: Decision, crash: Crash) -> Decision:
+    """A surgery with the lines the report showed redacted (`daifu.report.redact`) put back as they are."""
+    if isinstance(decision, Surgery) and has_placeholder(decision.source):
+        return Surgery(restore_lines(decision.source, crash.source))
+    return decision
 
 
 def rank(found: list[Candidate]) -> list[Candidate]:
@@ -143,16 +155,6 @@ def to_decision(suggestion: Suggestion) -> Decision:
     return Retry() if suggestion.kind == "retry" else Skip()
 
 
-def _body_of(source: str) -> str:
-    """The statements of a `def` (what a patch adds to the program), for the safety check."""
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except SyntaxError:
-        return source
-    defs = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
-    return ast.unparse(defs[0].body) if len(defs) == 1 else source  # type: ignore[arg-type]
-
-
 # -- approve="auto": verified by trial -----------------------------------------------------------
 
 
@@ -164,7 +166,8 @@ def _verified(crash: Crash, found: list[Candidate], settings: Settings) -> Candi
         if not candidate.usable:
             continue
         if candidate.unsafe:
-            crash.tried.append((repr(candidate.decision), f"not applied unattended: {'; '.join(candidate.unsafe)}"))
+            say(f"not applying the bot's {candidate.kind} without a person (approve='ask' would offer it): "
+                f"{'; '.join(candidate.unsafe)[:300]}")
             continue
         if trials >= settings.max_trials or time.monotonic() - started > settings.max_trials * settings.trial_seconds:
             say(f"stopped after {trials} trials; the other suggestions were not tried")
@@ -332,7 +335,8 @@ def _record(settings: Settings, report: CrashReport, answer: BotAnswer, found: l
         "fallback_reason": answer.fallback_reason,
         "diagnosis": answer.diagnosis.model_dump(),
         "suggestions": [
-            dict(c.suggestion.model_dump(), valid=c.usable, reasons=list(c.problems), unsafe=list(c.unsafe))
+            dict(c.suggestion.model_dump(), valid=c.usable, reasons=list(c.problems), unattended=not c.unsafe,
+                 needs_person=list(c.unsafe))
             for c in found
         ],
         "trials": trials,

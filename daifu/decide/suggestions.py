@@ -1,8 +1,8 @@
 """Checks on a repair suggestion before it is shown or applied.
 
-`check_surgery` and `check_action` say whether the code can be applied at all; `check_safety`
-says whether it may run without a person approving it (`approve="auto"`). Every check walks the
-AST, never the text, and returns all its reasons, so the console can show why a fix was refused.
+`check_surgery` and `check_action` say whether the code can be applied at all; whether it may run
+without a person approving it (`approve="auto"`) is `daifu.allowlist`'s question. Every check walks
+the AST, never the text, and returns all its reasons, so the console can show why a fix was refused.
 """
 
 from __future__ import annotations
@@ -98,103 +98,95 @@ def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     return names
 
 
-_FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "breakpoint", "input"}
-_FORBIDDEN_MODULES = {
-    "subprocess",
-    "socket",
-    "urllib",
-    "urllib3",
-    "http",
-    "requests",
-    "httpx",
-    "aiohttp",
-    "ftplib",
-    "smtplib",
-    "telnetlib",
-    "ctypes",
-    "importlib",
-    "pty",
-    "multiprocessing",
-}
-_FORBIDDEN_ATTRS = {
-    "system",
-    "popen",
-    "spawnl",
-    "spawnv",
-    "execv",
-    "execve",
-    "execl",
-    "fork",
-    "kill",
-    "remove",
-    "unlink",
-    "rmdir",
-    "removedirs",
-    "rmtree",
-    "__subclasses__",
-    "__builtins__",
-    "__import__",
-    "__globals__",
-}
-_OS_ONLY = {"remove", "kill", "system", "popen", "fork"}
-"""Attribute names that are harmless on other objects (`list.remove`) and forbidden on `os`."""
+_BLOCKS = (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar)
+"""Statements whose bodies are blocks; `if` and `match` bodies belong to the enclosing block."""
 
 
-def check_safety(code: str) -> Verdict:
-    """Whether code may run unattended: no processes, no eval, no deleting files, no network."""
-    try:
-        tree = ast.parse(textwrap.dedent(code))
-    except SyntaxError as error:
-        return Verdict((f"the code does not parse: {error.msg}",))
-    reasons = list(dict.fromkeys(_unsafe(tree)))
-    return Verdict(tuple(reasons))
+def _outside_block(old: ast.AST, new: ast.AST, line: int) -> list[str]:
+    """Reasons the change reaches beyond the innermost block (loop, with, try, body) holding `line`."""
+    owner_path, key = _block_at(old, line)
+    old_rest, new_rest = copy.deepcopy(old), copy.deepcopy(new)
+    old_owner, new_owner = _follow(old_rest, owner_path), _follow(new_rest, owner_path)
+    if new_owner is None or old_owner is None or type(new_owner) is not type(old_owner):
+        return [_WIDE.format(line=line)]
+    _set_list(old_owner, key, [])
+    _set_list(new_owner, key, [])
+    return [] if ast.dump(old_rest) == ast.dump(new_rest) else [_WIDE.format(line=line)]
 
 
-def _unsafe(tree: ast.AST) -> Iterator[str]:
-    os_names = {"os", "posix", "nt"}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield from _module_check(alias.name)
-                if alias.name in os_names:
-                    os_names.add(alias.asname or alias.name)
-        elif isinstance(node, ast.ImportFrom):
-            yield from _module_check(node.module or "")
-            yield from (
-                f"it imports {a.name!r} from {node.module}"
-                for a in node.names
-                if a.name in _FORBIDDEN_ATTRS | _FORBIDDEN_CALLS or a.name in _FORBIDDEN_MODULES
-            )
-        elif isinstance(node, ast.Name) and node.id in _FORBIDDEN_CALLS | _FORBIDDEN_MODULES | {"__builtins__"}:
-            yield f"it uses {node.id!r}"
-        elif isinstance(node, ast.Attribute):
-            yield from _attribute_check(node, os_names)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in {"getattr", "setattr", "delattr"}
-        ):
-            yield from _getattr_check(node)
+_WIDE = (
+    "the surgery changes code outside the block that contains line {line} of the function "
+    "(approve a wider change to apply it)"
+)
 
 
-def _module_check(module: str) -> Iterator[str]:
-    if module.split(".")[0] in _FORBIDDEN_MODULES:
-        yield f"it imports {module!r}"
+def _lists(node: ast.AST) -> list[tuple[str, list[ast.stmt]]]:
+    """The statement lists directly inside `node`, each under a key `_follow` understands."""
+    found = [
+        (f, getattr(node, f))
+        for f in ("body", "orelse", "finalbody")
+        if isinstance(getattr(node, f, None), list) and getattr(node, f) and isinstance(getattr(node, f)[0], ast.stmt)
+    ]
+    found += [(f"handlers.{i}", h.body) for i, h in enumerate(getattr(node, "handlers", None) or [])]
+    found += [(f"cases.{i}", c.body) for i, c in enumerate(getattr(node, "cases", None) or [])]
+    return found
 
 
-def _attribute_check(node: ast.Attribute, os_names: set[str]) -> Iterator[str]:
-    if node.attr not in _FORBIDDEN_ATTRS and not node.attr.startswith(("spawn", "exec")):
-        return
-    on_os = isinstance(node.value, ast.Name) and node.value.id in os_names
-    if node.attr in _OS_ONLY and not on_os:
-        return
-    owner = node.value.id if isinstance(node.value, ast.Name) else "an object"
-    yield f"it uses {owner}.{node.attr}"
+def _block_at(func: ast.AST, line: int) -> tuple[list[tuple[str, int]], str]:
+    """The path to the owner of the innermost block holding `line`, and that block's key."""
+    path: list[tuple[str, int]] = []
+    owner: tuple[list[tuple[str, int]], str] = ([], "body")
+    node = func
+    while True:
+        for key, items in _lists(node):
+            hit = next((i for i, s in enumerate(items) if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+            if hit is not None:
+                if node is func or isinstance(node, _BLOCKS):
+                    owner = (list(path), key)
+                path.append((key, hit))
+                node = items[hit]
+                break
+        else:
+            return owner
 
 
-def _getattr_check(node: ast.Call) -> Iterator[str]:
-    name = node.args[1] if len(node.args) > 1 else None
-    if not isinstance(name, ast.Constant) or not isinstance(name.value, str):
-        yield f"it calls {node.func.id}() with a computed attribute name"  # type: ignore[attr-defined]
-    elif name.value in _FORBIDDEN_ATTRS or name.value in _FORBIDDEN_CALLS:
-        yield f"it reaches {name.value!r} through {node.func.id}()"  # type: ignore[attr-defined]
+def _get_list(node: ast.AST, key: str) -> list[ast.stmt] | None:
+    field, _, index = key.partition(".")
+    value = getattr(node, field, None)
+    if index:
+        value = value[int(index)].body if isinstance(value, list) and int(index) < len(value) else None
+    return value if isinstance(value, list) else None
+
+
+def _set_list(node: ast.AST, key: str, value: list[ast.stmt]) -> None:
+    field, _, index = key.partition(".")
+    setattr(getattr(node, field)[int(index)] if index else node, "body" if index else field, value)
+
+
+def _follow(node: ast.AST, path: list[tuple[str, int]]) -> ast.AST | None:
+    for key, index in path:
+        items = _get_list(node, key)
+        if items is None or index >= len(items):
+            return None
+        node = items[index]
+    return node
+
+
+def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
+    """Names `node` loads that it never binds and that are neither in `names` nor builtins."""
+    bound: set[str] = set()
+    loaded: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            (loaded if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+        elif isinstance(n, ast.arg):
+            bound.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            bound.add(n.name)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            bound.update(n.names)
+    return loaded - bound - set(names) - set(dir(builtins))

@@ -2,7 +2,9 @@
 
 A report is plain data (the wire models of `repairbot.protocol`), built from a `Crash` without
 running user code beyond the summaries of `daifu.report.summary`, bounded in size, and free of secrets:
-variables with secret-looking names are redacted and no environment variable's value is read.
+variables with secret-looking names are redacted, and every text it carries — values, exception
+messages, source code and code lines — goes through `daifu.report.redact`; of the process's environment it
+holds only versions.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from repairbot.protocol import (
     fingerprint,
 )
 from daifu.core.bounded import describe
+from daifu.report.redact import redact, scrub, secret_environment, secret_values
 from daifu.report.summary import Summary, summarize_namespace, truncate
 
 MAX_REPORT_BYTES = 256 * 1024
@@ -55,7 +58,7 @@ def function_info(crash: Crash) -> FunctionInfo:
 
 
 def build_report(crash: Crash) -> CrashReport:
-    """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON.
+    """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON, with no secret the crash holds.
 
     The live values are summarised once (a user's `__repr__` may be slow) and shared by the
     report's variables and its first frame.
@@ -63,14 +66,53 @@ def build_report(crash: Crash) -> CrashReport:
     summaries = _variables(summarize_namespace(crash.locals))
     report = CrashReport(
         exception=_exception_info(crash.exception),
-        function=function_info(crash),
+        function=_shown(function_info(crash)),
         frames=_frames(crash, summaries),
         variables=summaries,
         environment=environment(),
-        tried=[Attempt(decision=truncate(d, 2000), outcome=truncate(o, 500)) for d, o in crash.tried],
+        tried=[Attempt(decision=truncate(redact(d), 2000), outcome=truncate(redact(o), 500)) for d, o in crash.tried],
         attempt=crash.attempt,
     )
-    return bound(report)
+    return bound(_scrubbed(report, _secrets_of(crash)))
+
+
+def _secrets_of(crash: Crash) -> set[str]:
+    """The strings the crash marks as secret (`daifu.redact.secret_values`) in every user frame, and the
+    values of secret environment variables: redacted from the whole report once (`_scrubbed`)."""
+    frames = [frame for frame, _ in traceback.walk_tb(crash.exception.__traceback__)]
+    library = {name: is_library(name) for name in {f.f_code.co_filename for f in frames}}
+    user = [f for f in frames if not library[f.f_code.co_filename]]
+    sources = [crash.source]
+    for code in dict.fromkeys(f.f_code for f in user):  # each function once, however deep the recursion
+        try:
+            sources.append("".join(inspect.getsourcelines(code)[0])[:_MAX_CALLEE_SOURCE])
+        except (OSError, TypeError):
+            pass
+    return secret_values([crash.locals, *(f.f_locals for f in user)], sources) | secret_environment()
+
+
+def _scrubbed(report: CrashReport, secrets: set[str]) -> CrashReport:
+    """`report` with each of `secrets` redacted from every text in it, wherever it appears."""
+    if not secrets:
+        return report
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return scrub(value, secrets)
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        return value
+
+    return CrashReport.model_validate(walk(report.model_dump()))
+
+
+def _shown(function: FunctionInfo) -> FunctionInfo:
+    """The function as a report shows it: secrets in its source redacted, its lines where they were."""
+    return function.model_copy(
+        update={"source": redact(function.source, code=True), "statement": redact(function.statement, code=True)}
+    )
 
 
 def environment() -> Environment:
@@ -104,7 +146,7 @@ def _exception_info(error: BaseException) -> ExceptionInfo:
 
 def _message(error: BaseException) -> str:
     try:
-        return truncate(describe(error, str), _MAX_MESSAGE)
+        return truncate(redact(describe(error, str)[: 4 * _MAX_MESSAGE]), _MAX_MESSAGE)
     except Exception:
         return "<str() of the exception failed>"
 
@@ -146,7 +188,7 @@ def _frames(crash: Crash, summaries: dict[str, Variable]) -> list[Frame]:
                 filename=crash.filename,
                 lineno=crash.lineno,
                 function=crash.function_name,
-                code=crash.statement.strip(),
+                code=redact(crash.statement.strip(), code=True),
                 locals=summaries,
             )
         )
@@ -179,7 +221,7 @@ def _frame(frame: FrameType, lineno: int, values: Any, *, callee: bool, filename
         qualname=getattr(frame.f_code, "co_qualname", frame.f_code.co_name),
         module=str(frame.f_globals.get("__name__", "")),
         library=is_library(name),
-        code=_line(name, lineno, frame),
+        code=redact(_line(name, lineno, frame), code=True),
         locals=_variables(summarize_namespace(values)),
     )
     if callee and not result.library:
@@ -206,7 +248,7 @@ def _callee_source(frame: FrameType) -> tuple[str | None, int | None]:
     except (OSError, TypeError):
         return None, None
     source = "".join(lines)
-    return (source, first) if len(source) <= _MAX_CALLEE_SOURCE else (None, None)
+    return (redact(source, code=True), first) if len(source) <= _MAX_CALLEE_SOURCE else (None, None)
 
 
 def _variables(summaries: dict[str, Summary]) -> dict[str, Variable]:

@@ -2,7 +2,9 @@
 
 A crash report travels to the repair bot and may be shown or stored, so a summary never holds a
 whole value: a tensor is described by shape, dtype and device, a model by class and size, a
-container by length and a few items. Each summary is a short text plus a few `facts` (plain
+container by length and a few items. Secrets are kept out by name (a variable called `api_key`),
+by key (a dict entry under `"Authorization"`, a copy of the environment) and by value
+(`daifu.redact`, on every text and string fact). Each summary is a short text plus a few `facts` (plain
 JSON values) that the rules engine reads without parsing the text.
 
 PyTorch is looked at only when the user's program already imported it, so DaiFu runs without it.
@@ -22,6 +24,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from daifu.core.bounded import describe
+from daifu.report.redact import is_secret_key, looks_like_environment, redact
 
 MAX_TEXT = 300
 """Characters in one summary's text."""
@@ -73,8 +76,17 @@ def summarize(value: Any) -> Summary:
         summary = _dispatch(value)
     except Exception as error:  # a user object's __repr__ or property may raise anything
         summary = Summary(type(value).__name__, f"<summary failed: {type(error).__name__}>")
-    summary.text = truncate(summary.text)
+    summary.text = truncate(redact(summary.text[: 4 * MAX_TEXT], environment=False))  # see `_scrubbed`
+    summary.facts = {key: _redacted_fact(fact) for key, fact in summary.facts.items()}
     return summary
+
+
+def _redacted_fact(fact: Fact) -> Fact:
+    if isinstance(fact, str):
+        return redact(fact, environment=False)
+    if isinstance(fact, list):
+        return [_redacted_fact(item) for item in fact]
+    return fact
 
 
 def truncate(text: str, limit: int = MAX_TEXT) -> str:
@@ -96,9 +108,9 @@ def _dispatch(value: Any) -> Summary:
         return _string(value)
     if isinstance(value, (bytes, bytearray)):
         return Summary(type(value).__name__, f"{type(value).__name__} of length {len(value)}", {"len": len(value)})
-    if isinstance(value, (list, tuple, set, frozenset, dict)):
+    if isinstance(value, (list, tuple, set, frozenset, Mapping)):
         return _container(value)
-    return Summary(_type_name(value), describe(value)[:MAX_TEXT])  # a user's __repr__: bounded in time
+    return Summary(_type_name(value), describe(value)[: 4 * MAX_TEXT])  # a user's __repr__: bounded in time
 
 
 def _type_name(value: Any) -> str:
@@ -143,12 +155,22 @@ def _close_names(folder: str, name: str) -> list[str]:
 
 def _container(value: Any) -> Summary:
     name = type(value).__name__
-    if isinstance(value, dict):
-        shown = [f"{key!r}: {_brief(item)}" for key, item in itertools.islice(value.items(), _ITEMS)]
+    if isinstance(value, Mapping):
+        environment = looks_like_environment(value)
+        shown = [f"{key!r}: {_entry(key, item, environment)}" for key, item in itertools.islice(value.items(), _ITEMS)]
     else:
         shown = [_brief(item) for item in itertools.islice(value, _ITEMS)]
     more = ", ..." if len(value) > _ITEMS else ""
     return Summary(name, f"{name} of length {len(value)}: [{', '.join(shown)}{more}]", {"len": len(value)})
+
+
+def _entry(key: Any, item: Any, environment: bool) -> str:
+    """A dict entry's value as shown: redacted in a copy of the environment or under a secret-looking key."""
+    if environment:
+        return "<redacted:environment>"
+    if isinstance(key, str) and is_secret_key(key) and not isinstance(item, (bool, int, float, type(None))):
+        return "<redacted:secret>"
+    return _brief(item)
 
 
 def _brief(item: Any) -> str:

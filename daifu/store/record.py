@@ -23,6 +23,7 @@ from typing import Any
 from daifu import config, ranks
 from daifu.core.crash import Crash
 from daifu.core.decisions import Decision, Surgery, code_of, play_name
+from daifu.report.redact import redact
 from daifu.say import say
 from daifu.state import RUN
 from daifu.store import repairs
@@ -164,7 +165,7 @@ class Entry:
                 "kind": self.crash.kind,
                 "statement": self.crash.statement,
                 "exception_type": self.crash.exception_type,
-                "exception_message": self.crash.message,
+                "exception_message": redact(self.crash.message),  # the record is shown and shared
                 "decision": play_name(decision) if decision is not None else "Raise",
                 "code": code_of(decision) if decision is not None else None,
                 "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,

@@ -15,13 +15,16 @@ _BATCH_NAMES = ("batch_size", "bs", "micro_batch_size")
 _OTHER_PROCESS = r"\bProcess \d+ has ([\d.]+) ([KMGT]?i?B) memory in use"
 _THIS_PROCESS = r"this process has ([\d.]+) ([KMGT]?i?B) memory in use"
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+MAX_WAIT_S = 60
+"""The longest wait proposed: the client applies waits of at most a minute without a person
+(`daifu.allowlist.MAX_SLEEP_S`); a device held longer is waited for by further retries."""
 
 
 def device_busy(ctx: Context) -> Finding | None:
     """Memory held by another process comes back when it ends: wait with growing delays, then retry."""
     if not search(_BUSY, ctx.message) and not _others_hold_more(ctx.message):
         return None
-    delay = min(300, 10 * 2 ** ctx.tried_count())
+    delay = min(MAX_WAIT_S, 10 * 2 ** ctx.tried_count())
     return Finding(
         "out_of_memory",
         "The device is busy or its memory is held by another process; this program's own use is not the cause.",

@@ -73,10 +73,12 @@ def _search_at_run_time(ctx: Context, missing: str) -> Suggestion | None:
     if not names:
         return None
     n = names[0]
+    as_path = ctx.variables[n].type != "str"  # a pathlib path stays one
     code = (
-        f"import difflib, os\n_daifu_dir = os.path.dirname(os.fspath({n})) or '.'\n"
+        f"import difflib, os{', pathlib' if as_path else ''}\n_daifu_dir = os.path.dirname(os.fspath({n})) or '.'\n"
         f"_daifu_near = difflib.get_close_matches(os.path.basename(os.fspath({n})), os.listdir(_daifu_dir), n=1)\n"
-        f"{n} = type({n})(os.path.join(_daifu_dir, _daifu_near[0])) if _daifu_near else {n}"
+        f"{n} = {'pathlib.Path' if as_path else ''}(os.path.join(_daifu_dir, _daifu_near[0])) if _daifu_near else {n}\n"
+        "del _daifu_dir, _daifu_near"
     )
     return ctx.action(code, f"Point `{n}` at the existing file with the closest name, if there is one.", 0.5)
 

@@ -1,0 +1,213 @@
+"""Redaction by value: secrets of every kind planted in a crash never reach the repair bot or the record."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import daifu
+from daifu.cli import main as cli
+from daifu.decide.automatic import RECORD_NAME, restored
+from daifu.core.decisions import Surgery
+from daifu.report.redact import has_placeholder, is_secret_key, looks_like_environment, redact, restore_lines
+from daifu.report.summary import summarize
+from repairbot.server import serve_in_thread
+from tests.botfixtures import ScriptedBot, crash_from
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYCANARYKEY1"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("key sk-proj-CANARYabcdefghijklmnop0123", "key <redacted:openai-key>"),
+        ("sk-CANARYabcdefghijklmnopqrstu", "<redacted:openai-key>"),
+        ("sk-ant-api03-CANARYabcdefghijklmnop", "<redacted:anthropic-key>"),
+        ("push with ghp_CANARYabcdefghijklmnopqrstuvwxyz01", "push with <redacted:github-token>"),
+        ("github_pat_11CANARYabcdefghijklmnop_qrstuv", "<redacted:github-token>"),
+        ("id AKIACANARY1234567890 here", "id <redacted:aws-access-key-id> here"),
+        (f"aws_secret_access_key = {AWS_SECRET}", "aws_secret_access_key = <redacted:aws-secret-key>"),
+        ("xoxb-123456789012-CANARYabcdef", "<redacted:slack-token>"),
+        ("AIzaSyCANARYabcdefghijklmnopqrstuvwxyz1", "<redacted:google-api-key>"),
+        ("hf_CANARYabcdefghijklmnopqrstuvwxyz01234", "<redacted:huggingface-token>"),
+        ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJDQU5BUlkifQ.c2lnbmF0dXJlQ0FOQVJZ", "<redacted:jwt>"),
+        ("Authorization: Bearer CANARY.abc-123456", "Authorization: Bearer <redacted:bearer>"),
+        ("Authorization: CANARY12345", "Authorization: <redacted:secret>"),
+        ("postgresql://user:CANARYpw@db/x", "postgresql://user:<redacted:password>@db/x"),
+        ("{'api_key': 'CANARY', 'lr': 0.1}", "{'api_key': '<redacted:secret>', 'lr': 0.1}"),
+        ("Config(password='hunter2', epochs=3)", "Config(password='<redacted:secret>', epochs=3)"),
+        ("login failed: password=CANARY22 for bob", "login failed: password=<redacted:secret> for bob"),
+        ("invalid secret: 9fQx2LmZpR7tWvY3kBnH8sJdCANARY", "invalid secret: <redacted:secret>"),
+    ],
+)
+def test_known_formats_and_contexts_are_redacted_keeping_the_rest(text: str, shown: str) -> None:
+    assert redact(text) == shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "token embeddings have shape (4, 16)",
+        "max_tokens=512 and num_tokens: 12",
+        "key_padding_mask must be bool",
+        "Missing key(s) in state_dict: layer4_1_conv2_weight_abcdefgh",
+        "pad_token='<pad>' bos_token='<s>'",
+        "token = tokens[i]",
+        "mat1 and mat2 shapes cannot be multiplied (4x16 and 8x3)",
+        "/home/user/runs/exp-1/checkpoints/epoch3.pt",
+        "expected scalar type Long but found Float",
+    ],
+)
+def test_ordinary_deep_learning_text_is_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_in_code_only_string_literals_count_as_secret_values() -> None:
+    source = 'def f(tokens, i):\n    token = tokens[i]\n    api_key = "hunter2"\n    return token\n'
+    shown = redact(source, code=True)
+    assert "token = tokens[i]" in shown and 'api_key = "<redacted:secret>"' in shown
+
+
+def test_a_redacted_block_keeps_its_line_count_and_restores() -> None:
+    source = (
+        "def f(x):\n    pem = '''-----BEGIN PRIVATE KEY-----\nMIIBCANARY\nabc\n-----END PRIVATE KEY-----'''\n"
+        "    key = 'sk-proj-CANARYabcdefghijklmnop0123'\n    return x / 0\n"
+    )
+    shown = redact(source, code=True)
+    assert shown.count("\n") == source.count("\n") and "CANARY" not in shown
+    surgery = shown.replace("return x / 0", "return x / 1")  # what a bot sends back, from the redacted source
+    back = restore_lines(surgery, source)
+    assert "key = 'sk-proj-CANARYabcdefghijklmnop0123'" in back and "return x / 1" in back
+    assert has_placeholder(back)  # the PEM block spans lines: it cannot be put back line by line
+
+
+def test_a_surgery_that_keeps_a_placeholder_is_never_valid() -> None:
+    def f(x):
+        api_key = "sk-proj-CANARYabcdefghijklmnop0123"
+        return x / 0, api_key
+
+    crash = crash_from(f, 1)
+    kept = restored(Surgery(redact(crash.source, code=True).replace("x / 0", "x / 1")), crash)
+    assert isinstance(kept, Surgery) and "sk-proj-CANARY" in kept.source and not has_placeholder(kept.source)
+    copied = restored(Surgery(redact(crash.source, code=True).replace("x / 0", "'<redacted:secret>'")), crash)
+    assert has_placeholder(copied.source)  # type: ignore[union-attr]
+
+
+def test_secret_keys_and_environment_copies() -> None:
+    assert is_secret_key("api_key") and is_secret_key("Authorization") and is_secret_key("DB_PASSWORD")
+    assert is_secret_key("token") and not is_secret_key("tokens") and not is_secret_key("pad_token")
+    assert looks_like_environment({"HOME": "/root", "PATH": "/bin", "LANG": "C"})
+    assert not looks_like_environment({"lr": 0.1, "epochs": 3, "batch": 8})
+    assert not looks_like_environment({"A": 1, "B": 2, "C": 3})  # values are not strings
+
+
+def test_summaries_redact_dict_entries_by_key_and_environment_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVICE_PASSWORD", "CANARYenvironment")
+    settings = {"api_key": "plain", "lr": 0.1, "headers": {"Authorization": "CANARYnested"}}
+    shown = "dict of length 3: ['api_key': <redacted:secret>, 'lr': 0.1, 'headers': dict of length 1]"
+    assert summarize(settings).text == shown
+    text = summarize(dict(os.environ)).text + summarize(os.environ).text
+    assert "CANARYenvironment" not in text and "<redacted:environment>" in text
+
+
+# -- the canary: every kind of secret in a real crash, the report as sent, the record and `daifu report` ----
+
+CANARIES = {
+    "local_by_name": "sk-proj-CANARYlocalname0123456789abc",
+    "bearer_local": "CANARYbearer.0123456789abcdef",
+    "url_password": "CANARYurlpw99",
+    "dict_api_key": "CANARYdictvalue",
+    "nested_password": "CANARYnestedpw",
+    "innocent_aws": "AKIACANARY0123456789",
+    "aws_secret": AWS_SECRET,
+    "github": "ghp_CANARYgithub0123456789abcdefghijkl",
+    "slack": "xoxb-1234567890-CANARYslackabc",
+    "google": "AIzaSyCANARYgoogle0123456789abcdefghij",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJDQU5BUllqd3QiOjF9.CANARYsignature0123",
+    "anthropic": "sk-ant-api03-CANARYanthropic0123456789",
+    "huggingface": "hf_CANARYhuggingface0123456789abcdefgh",
+    "pem_body": "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQCANARYpem",
+    "message_token": "CANARYmessage0123456789",
+    "message_password": "CANARYmsgpw",
+    "cause_key": "sk-CANARYcauseabcdefghijklmnopqrst",
+    "source_literal": "sk-proj-CANARYsourceliteral0123456789",
+    "callee_literal": "CANARYcalleesecret",
+    "callee_local": "ghp_CANARYcalleelocal0123456789abcdefgh",
+    "env_copy": "CANARYenvcopy-value",
+    "env_key": "sk-proj-CANARYenvkey0123456789abcdef",
+    "repr_password": "CANARYreprpw",
+}
+
+
+@dataclasses.dataclass
+class ServiceConfig:
+    host: str
+    password: str
+
+
+def open_session(url, token):
+    session_key = "CANARYcalleesecret"  # a literal in a user callee's source
+    raise ConnectionError(
+        f"cannot reach {url}: token={token} rejected, password: {CANARIES['message_password']}"
+    ) from PermissionError(f"key {CANARIES['cause_key']} revoked, session {session_key}")
+
+
+def service_call(batch):
+    api_key = "sk-proj-CANARYlocalname0123456789abc"
+    auth_header = "Bearer " + CANARIES["bearer_local"]
+    db_url = f"postgresql://user:{CANARIES['url_password']}@db/x"
+    settings = {"api_key": CANARIES["dict_api_key"], "db": {"password": CANARIES["nested_password"]}, "lr": 0.1}
+    note = f"deploy key {CANARIES['innocent_aws']}"
+    aws = f"aws_secret_access_key={CANARIES['aws_secret']}"
+    tokens = [CANARIES["github"], CANARIES["slack"], CANARIES["google"], CANARIES["jwt"]]
+    others = (CANARIES["anthropic"], CANARIES["huggingface"])
+    pem = f"-----BEGIN RSA PRIVATE KEY-----\n{CANARIES['pem_body']}\n-----END RSA PRIVATE KEY-----"
+    environment = dict(os.environ)
+    config = ServiceConfig("db", CANARIES["repr_password"])
+    fallback = "sk-proj-CANARYsourceliteral0123456789"  # a literal in the vaccinated function's source
+    session = open_session(db_url, CANARIES["message_token"])
+    return batch, api_key, auth_header, settings, note, aws, tokens, others, pem, environment, config, fallback, session
+
+
+def test_no_planted_secret_reaches_the_bot_the_record_or_daifu_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SERVICE_TOKEN", CANARIES["env_copy"])
+    monkeypatch.setenv("OPENAI_API_KEY", CANARIES["env_key"])
+    bot = ScriptedBot()
+    url, stop = serve_in_thread(bot.app)
+    try:
+        daifu.configure(mode="automatic", approve="never", bot_url=url, workspace=tmp_path / "ws")
+        with pytest.raises(ConnectionError):
+            daifu.transform(service_call)([1, 2])
+    finally:
+        stop()
+
+    assert len(bot.requests) == 1
+    sent = bot.requests[0].decode()
+    report = json.loads(sent)["report"]
+    record = (tmp_path / "ws" / RECORD_NAME).read_text() + (tmp_path / "ws" / "repairs.jsonl").read_text()
+    assert cli.main(["report"]) == 0
+    shown = capsys.readouterr().out
+    for where, text in (("sent", sent), ("recorded", record), ("daifu report", shown)):
+        leaked = [name for name, value in CANARIES.items() if value in text]
+        assert leaked == [] and "CANARY" not in text, (where, leaked)
+
+    # what stays readable around the secrets
+    assert "postgresql://user:<redacted:password>@db/x" in report["variables"]["db_url"]["text"]
+    assert "deploy key <redacted:aws-access-key-id>" in report["variables"]["note"]["text"]
+    assert "'lr': 0.1" in report["variables"]["settings"]["text"] and "'db': dict of length 1" in sent
+    assert report["variables"]["api_key"]["text"] == "<redacted>"
+    assert "cannot reach postgresql://user:<redacted:password>@db/x: token=<redacted" in report["exception"]["message"]
+    assert report["exception"]["chain"][0]["type"] == "PermissionError"
+    assert 'fallback = "<redacted:openai-key>"' in report["function"]["source"]
+    assert report["function"]["source"].count("\n") == inspect.getsource(service_call).count("\n")
+    callee = report["frames"][1]
+    assert callee["function"] == "open_session" and 'session_key = "<redacted:secret>"' in callee["source"]
+    assert set(report["environment"]) == {"python", "platform", "torch", "cuda", "devices"}
+    assert "The crash report sent to the repair bot" in shown and "<redacted:" in shown
