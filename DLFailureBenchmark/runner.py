@@ -9,6 +9,10 @@ object, goes to `--out`.
     --overhead PAIRS            fault-free overhead: the program loaded twice in this process, plain
                                 and vaccinated, timed in interleaved pairs after one warm-up each
     --policy                    answer crashes with the case's `repairs` (to record repairs.jsonl)
+
+A program keeps its step count in a local named `step` and its checkpoint in `last.pt`, unless it
+says otherwise: an adapted external program keeps its own names, declared as module constants
+`STEP_NAME` (nanoGPT's `iter_num`) and `CHECKPOINT_NAME` (nanoGPT's `ckpt.pt`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import torch
 
 from DLFailureBenchmark import cases
+from DLFailureBenchmark.checkpoint import LAST
 
 
 def load_program(path: Path, name: str) -> ModuleType:
@@ -41,14 +46,14 @@ def load_program(path: Path, name: str) -> ModuleType:
     return module
 
 
-def crash_step(error: BaseException, program: Path) -> int | None:
-    """The `step` of the deepest frame of the program when it crashed: its progress at the crash."""
+def crash_step(error: BaseException, program: Path, name: str = "step") -> int | None:
+    """The step counter `name` of the deepest frame of the program when it crashed: its progress at the crash."""
     step = None
     tb = error.__traceback__
     while tb is not None:
         frame = tb.tb_frame
-        if Path(frame.f_code.co_filename).resolve() == program and isinstance(frame.f_locals.get("step"), int):
-            step = frame.f_locals["step"]
+        if Path(frame.f_code.co_filename).resolve() == program and isinstance(frame.f_locals.get(name), int):
+            step = frame.f_locals[name]
         tb = tb.tb_next
     return step
 
@@ -72,11 +77,11 @@ def run_once(module: ModuleType, program: Path, workdir: Path, seed: int,
             "message": str(error)[:2000],
             "traceback": traceback.format_exc()[-4000:],
         }
-        result["crash_step"] = crash_step(error, program)
+        result["crash_step"] = crash_step(error, program, getattr(module, "STEP_NAME", "step"))
     result["elapsed_s"] = time.perf_counter() - started
     record.flush()
     result["repairs"] = [dict(r) for r in record.history[before:]]
-    checkpoints = sorted(workdir.rglob("last.pt"))
+    checkpoints = sorted(workdir.rglob(getattr(module, "CHECKPOINT_NAME", LAST)))
     result["checkpoint"] = str(checkpoints[0]) if checkpoints else None
     return result
 
