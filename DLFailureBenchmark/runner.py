@@ -86,14 +86,19 @@ def run_once(module: ModuleType, program: Path, workdir: Path, seed: int,
     return result
 
 
+def vaccinated_functions(module: ModuleType) -> list[str]:
+    """The names of `module`'s functions that `@daifu.transform` vaccinated (`train`, or upstream's own names)."""
+    return [name for name, value in vars(module).items() if callable(value) and hasattr(value, "__daifu__")]
+
+
 def overhead(program: Path, workdir: Path, seed: int, pairs: int) -> dict[str, Any]:
     """Plain and vaccinated runs of the same program in one process, interleaved; the times of each."""
     os.environ["DAIFU_MODE"] = "off"
     plain = load_program(program, "dlfb_program_plain")
     os.environ["DAIFU_MODE"] = "interactive"  # fault-free: no crash, so no decision is ever asked for
     vaccinated = load_program(program, "dlfb_program_vaccinated")
-    if not hasattr(vaccinated.train, "__daifu__") or hasattr(plain.train, "__daifu__"):
-        raise RuntimeError(f"{program}: train() was not vaccinated in one copy and plain in the other")
+    if not vaccinated_functions(vaccinated) or vaccinated_functions(plain):
+        raise RuntimeError(f"{program}: its functions were not vaccinated in one copy and plain in the other")
     times: dict[str, list[float]] = {"plain": [], "vaccinated": []}
     for index in range(pairs + 1):
         order = [("plain", plain), ("vaccinated", vaccinated)]

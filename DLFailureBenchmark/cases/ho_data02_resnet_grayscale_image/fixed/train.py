@@ -18,7 +18,7 @@ import daifu
 from DLFailureBenchmark.checkpoint import load_checkpoint, save_checkpoint
 from DLFailureBenchmark.hosts import vision
 
-STEPS, BATCH, CKPT_EVERY = 120, 32, 40
+STEPS, BATCH, CKPT_EVERY = 120, 16, 40
 GRAYSCALE_AT = 90
 
 

@@ -1,4 +1,4 @@
-"""GPU contention (LLaMA-style byte-level language model), holdout: cuBLAS cannot allocate while another job holds the memory.
+"""GPU contention (LLaMA-style byte-level LM), holdout: cuBLAS cannot allocate while another job holds the memory.
 
 At step 70 another process on the shared GPU takes nearly all its memory for half a second;
 meanwhile cuBLAS cannot allocate a handle's workspace and the forward pass fails with

@@ -1,4 +1,4 @@
-"""Non-deterministic runtime error (GPT-2-style byte-level language model), holdout: a streamed batch's connection drops.
+"""Non-deterministic runtime error (GPT-2-style byte-level LM), holdout: a streamed batch's connection drops.
 
 The training text is streamed from object storage, one batch per step (`decoders.batch` stands
 for the read). At step 70 the connection is reset mid-transfer; read again, the batch arrives.

@@ -4,7 +4,8 @@ From step 60 each batch is trained on in eight views (the four flips and their t
 concatenated: 256 images whose activations do not fit on the GPU (simulated: 15.77 GiB, about
 80 MiB of activations per image).
 
-Fixed: gradient accumulation over micro-batches of 32 images (the same gradient, a quarter of the activations at a time).
+Fixed: gradient accumulation over micro-batches of 32 images (the same gradient, an eighth of the
+activations at a time).
 """
 
 from __future__ import annotations
