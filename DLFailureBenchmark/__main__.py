@@ -1,4 +1,4 @@
-"""`python -m DLFailureBenchmark [--quick] [--case ID ...] [--scenario NAME ...] [--out DIR]`."""
+"""`python -m DLFailureBenchmark [--quick] [--case ID ...] [--scenario NAME ...] [--set NAME ...] [--out DIR]`."""
 
 from __future__ import annotations
 
@@ -25,16 +25,22 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Real crashing DL programs, recovered in situ by DaiFu, and measured.")
     parser.add_argument("--case", action="append", help="a case id (or its prefix); repeatable")
     parser.add_argument("--scenario", action="append", choices=sorted(cases.SCENARIOS), help="repeatable")
-    parser.add_argument("--quick", action="store_true", help="the CI subset, with fewer repeats (under 3 minutes)")
+    parser.add_argument("--set", action="append", choices=cases.SETS,
+                        help="tuned (the 36 cases the rules were written with), holdout (written blind to them), "
+                             "external (public programs adapted); repeatable")
+    parser.add_argument("--quick", action="store_true",
+                        help="the CI subset, with fewer repeats (under 3 minutes); with --case or --set, only "
+                             "the fewer repeats")
     parser.add_argument("--out", type=Path, default=cases.HERE / "results",
                         help="where results.json and results.md go (default: DLFailureBenchmark/results)")
     parser.add_argument("--workdir", type=Path, help="keep every run's folder here (default: a temporary folder)")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     options = parser.parse_args(argv)
-    selected = cases.select(options.case, options.scenario, quick=options.quick and not options.case)
+    subset = options.quick and not (options.case or options.set)
+    selected = cases.select(options.case, options.scenario, quick=subset, sets=options.set)
     if options.list:
         for case in selected:
-            print(f"{case.id:<40} {case.scenario:<18} {case.description}")
+            print(f"{case.id:<42} {case.set:<9} {case.scenario:<18} {case.description}")
         return 0
     plan = harness.QUICK if options.quick else harness.Plan()
     results = harness.run_all(selected, plan, options.workdir, _progress)

@@ -12,6 +12,13 @@
     repairs: [...]                             the in-situ repair a person would make, one per crash,
                                                which `record_repairs.py` records into repairs.jsonl
     quick                                      part of the `--quick` subset
+    set                                        which measure the case belongs to (default "tuned"):
+                                               "tuned"    the 36 cases the repair rules were written
+                                                          alongside;
+                                               "holdout"  cases written afterwards without looking at
+                                                          the rules (README: "The three sets");
+                                               "external" public PyTorch training programs adapted,
+                                                          with one injected bug each
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ SCENARIOS = {
     "nondeterministic": "non-deterministic runtime error",
     "large_model": "larger model, fault mid-training",
 }
+SETS = ("tuned", "holdout", "external")
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class Case:
     compare: dict[str, Any]
     repairs: list[dict[str, Any]]
     quick: bool = False
+    set: str = "tuned"
     folder: Path = field(default=CASES, compare=False)
 
     def program(self, variant: str) -> Path:
@@ -64,6 +73,8 @@ def load(folder: Path) -> Case:
     unknown = set(data) - known
     if unknown:
         raise ValueError(f"{folder / 'case.json'} has unknown keys: {', '.join(sorted(unknown))}")
+    if data.get("set", "tuned") not in SETS:
+        raise ValueError(f"{folder / 'case.json'}: set {data['set']!r} is not one of {', '.join(SETS)}")
     return Case(folder=folder.resolve(), **data)
 
 
@@ -71,7 +82,8 @@ def all_cases() -> list[Case]:
     return [load(path.parent) for path in sorted(CASES.glob("*/case.json"))]
 
 
-def select(ids: list[str] | None = None, scenarios: list[str] | None = None, quick: bool = False) -> list[Case]:
+def select(ids: list[str] | None = None, scenarios: list[str] | None = None, quick: bool = False,
+           sets: list[str] | None = None) -> list[Case]:
     """The cases asked for, in folder order; a name that matches nothing is an error."""
     cases = all_cases()
     if ids:
@@ -84,6 +96,11 @@ def select(ids: list[str] | None = None, scenarios: list[str] | None = None, qui
         if unknown:
             raise SystemExit(f"no scenario {', '.join(unknown)}; scenarios: {', '.join(SCENARIOS)}")
         cases = [c for c in cases if c.scenario in scenarios]
+    if sets:
+        unknown = [s for s in sets if s not in SETS]
+        if unknown:
+            raise SystemExit(f"no set {', '.join(unknown)}; sets: {', '.join(SETS)}")
+        cases = [c for c in cases if c.set in sets]
     if quick:
         cases = [c for c in cases if c.quick]
     return cases

@@ -2,7 +2,8 @@
 
 - `flaky(target, fail_on, error)`: a PyTorch call (`torch.save`, `torch.load`, `torch.Tensor.to`,
   `torch.distributed.all_reduce`...) fails on chosen calls, as a file system, a link or a device
-  fails now and then. The calls are counted from 1 in each process.
+  fails now and then. The calls are counted from 1 in each process; with `seconds`, it keeps
+  failing for that long (a device another process holds for a while).
 - `SimulatedDevice`: an allocation guard standing for an accelerator's memory. Attached to a model,
   it estimates each forward pass's activations and raises the exception PyTorch raises on a GPU,
   `torch.OutOfMemoryError`, with the message the CUDA caching allocator writes, when they do not
@@ -46,10 +47,11 @@ class Flaky:
     """The wrapper that replaced one call; `calls` counts the calls, `failures` the injected ones."""
 
     def __init__(self, owner: Any, name: str, original: Callable[..., Any], fail_on: set[int],
-                 error: Callable[[], BaseException], caller: str | None = None) -> None:
+                 error: Callable[[], BaseException], caller: str | None = None, seconds: float = 0.0) -> None:
         self.owner, self.name, self.original = owner, name, original
-        self.fail_on, self.error, self.caller = fail_on, error, caller
+        self.fail_on, self.error, self.caller, self.seconds = fail_on, error, caller, seconds
         self.calls = self.failures = 0
+        self.until: float | None = None
         self._lock = threading.Lock()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -57,7 +59,10 @@ class Flaky:
             return self.original(*args, **kwargs)
         with self._lock:
             self.calls += 1
-            fail = self.calls in self.fail_on
+            now = time.monotonic()
+            fail = self.calls in self.fail_on or (self.until is not None and now < self.until)
+            if fail and self.seconds and self.until is None:
+                self.until = now + self.seconds
             self.failures += fail
         if fail:
             raise self.error()
@@ -100,10 +105,12 @@ _installed: dict[str, Flaky] = {}
 
 
 def flaky(target: str, fail_on: Iterable[int], error: Callable[[], BaseException],
-          caller: str | None = None) -> Flaky | None:
+          caller: str | None = None, seconds: float = 0.0) -> Flaky | None:
     """Make the call `target` raise `error()` on the calls numbered in `fail_on` (from 1); `None` when disabled.
 
     With `caller` (a file name), only the calls made from that file are counted and can fail.
+    With `seconds`, every call fails for that long after the first failure: a device held by
+    another process for a while, rather than one lost call.
     """
     if not enabled():
         return None
@@ -111,7 +118,7 @@ def flaky(target: str, fail_on: Iterable[int], error: Callable[[], BaseException
         _installed.pop(target).restore()
     owner, name = _resolve(target)
     original = getattr(owner, name)
-    wrapper = _installed[target] = Flaky(owner, name, original, set(fail_on), error, caller)
+    wrapper = _installed[target] = Flaky(owner, name, original, set(fail_on), error, caller, seconds)
     # A plain function set on a class becomes a method: keep `self` by binding through a function.
     replacement = wrapper if not isinstance(owner, type) else _as_method(wrapper)
     setattr(owner, name, replacement)
@@ -141,6 +148,16 @@ def ecc_error() -> RuntimeError:
         "CUDA error: uncorrectable ECC error encountered\nCUDA kernel errors might be asynchronously reported at "
         "some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing "
         "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+
+
+def connection_reset() -> OSError:
+    """What a read from object storage raises when the connection drops mid-transfer."""
+    return ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+
+def cublas_alloc_failed() -> RuntimeError:
+    """What cuBLAS raises when it cannot allocate a handle's workspace: the device memory is held elsewhere."""
+    return RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
 
 
 def collective_timeout(seq: int = 412, numel: int = 1) -> RuntimeError:

@@ -15,6 +15,11 @@ For each case, each in its own process:
 "Recovered" means the run finished and its metric is within the case's tolerance of the fixed
 run's, with as many steps. The restore time is DaiFu's own record (`duration_ms`: from the
 exception to the resumed statement), summed over the run's repairs.
+
+The repair effort of the automatic run is read from its workspace record,
+`daifu_workspace/repairs.jsonl`, when DaiFu writes trials there: each entry (one repair) may
+carry `"trials": [{"decision": str, "verdict": str, "ms": float}, ...]`, the candidates it
+tried in a sandbox before applying one (`effort`). Without that field the effort is unknown.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from DLFailureBenchmark.cases import Case
+from DLFailureBenchmark.cases import SETS, Case
 
 ROOT = Path(__file__).resolve().parent.parent
+HEAVY_FAMILIES = {"resnet", "vit", "gpt2", "llama"}
+"""Families whose runs take long enough that the overhead is measured with `Plan.large_overhead_pairs`."""
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,14 @@ class Runs:
     def __init__(self, root: Path, bot_url: str | None, plan: Plan) -> None:
         self.root, self.bot_url, self.plan = root, bot_url, plan
 
+    def folder(self, case: Case, name: str) -> Path:
+        """The folder of the run `name` of `case` (its `work/`, `daifu_workspace/`, `result.json`)."""
+        return self.root / case.id / name
+
     def run(self, case: Case, name: str, variant: str, mode: str, *extra: str,
             env: dict[str, str] | None = None) -> tuple[dict[str, Any], float]:
         """One process; its JSON result and its wall time in seconds."""
-        folder = self.root / case.id / name
+        folder = self.folder(case, name)
         shutil.rmtree(folder, ignore_errors=True)
         workspace = folder / "daifu_workspace"
         workspace.mkdir(parents=True)
@@ -114,9 +125,44 @@ def restore_ms(result: dict[str, Any]) -> float | None:
     return round(sum(durations), 3) if durations else None
 
 
+def read_record(path: Path) -> list[dict[str, Any]]:
+    """The entries of a `repairs.jsonl` (none when the file is missing); a line that is not JSON is skipped."""
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def effort(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the run's repairs cost in candidates tried, trials and time; None when no entry records trials.
+
+    Reads each entry's optional `trials` list (`{"decision", "verdict", "ms"}` each): candidates are
+    the distinct decisions tried for one repair, summed over repairs; trials, every trial; time to
+    repair, the repairs' `duration_ms` (crash to resume, trials included); trial ms, the trials' own.
+    """
+    tried = [e for e in entries if isinstance(e.get("trials"), list)]
+    if not tried:
+        return None
+    trials = [t for e in tried for t in e["trials"] if isinstance(t, dict)]
+    return {
+        "candidates": sum(len({str(t.get("decision")) for t in e["trials"] if isinstance(t, dict)}) for e in tried),
+        "trials": len(trials),
+        "repair_ms": round(sum(float(e.get("duration_ms") or 0.0) for e in tried), 3),
+        "trial_ms": round(sum(float(t.get("ms") or 0.0) for t in trials), 3),
+        "verdicts": [str(t.get("verdict")) for t in trials],
+    }
+
+
 def measure(case: Case, runs: Runs) -> dict[str, Any]:
     """Every measurement of one case, as one row of the results."""
-    row: dict[str, Any] = {"id": case.id, "scenario": case.scenario, "family": case.family}
+    row: dict[str, Any] = {"id": case.id, "set": case.set, "scenario": case.scenario, "family": case.family}
     fixed, _ = runs.run(case, "fixed", "fixed", "off")
     reference = fixed.get("metrics") if fixed.get("finished") else None
     row["fixed_metric"] = reference.get(case.compare["metric"]) if reference else None
@@ -139,6 +185,8 @@ def measure(case: Case, runs: Runs) -> dict[str, Any]:
                         for r in result.get("repairs") or []],
             "error": None if result.get("finished") else _failure(result),
         }
+    row["automatic"]["effort"] = effort(read_record(runs.folder(case, "automatic") / "daifu_workspace" /
+                                                    "repairs.jsonl"))
     row["baseline"] = baseline(case, runs, buggy)
     row["overhead"] = overhead(case, runs)
     replay_ms = row["replay"]["restore_ms"]
@@ -173,7 +221,8 @@ def baseline(case: Case, runs: Runs, buggy: dict[str, Any]) -> dict[str, Any]:
 
 
 def overhead(case: Case, runs: Runs) -> dict[str, Any]:
-    pairs = runs.plan.large_overhead_pairs if case.scenario == "large_model" else runs.plan.overhead_pairs
+    heavy = case.scenario == "large_model" or case.family in HEAVY_FAMILIES or case.set == "external"
+    pairs = runs.plan.large_overhead_pairs if heavy else runs.plan.overhead_pairs
     result, _ = runs.run(case, "overhead", "fixed", "off", "--overhead", str(pairs))
     if "ratios" not in result:
         return {"median_percent": None, "error": result.get("error")}
@@ -228,6 +277,23 @@ def run_all(selected: list[Case], plan: Plan, workdir: Path | None,
             "summary": summarize(rows), "cases": rows}
 
 
+def per_set(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """The counts of each set present in `rows`, in the order of `SETS`: generalisation is read set by set."""
+    counts = {}
+    for name in SETS:
+        members = [r for r in rows if r.get("set", "tuned") == name]
+        if members:
+            counts[name] = {
+                "cases": len(members),
+                "crashed_as_expected": sum(r["crashed_as_expected"] for r in members),
+                "recovered_replay": sum(r["replay"]["recovered"] for r in members),
+                "recovered_automatic": sum(r["automatic"]["recovered"] for r in members),
+                "finished_off_automatic": sum(r["automatic"]["finished"] and not r["automatic"]["recovered"]
+                                              for r in members),
+            }
+    return counts
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def median(values: list[float | None]) -> float | None:
         present = [v for v in values if v is not None]
@@ -248,4 +314,5 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_overhead_percent": median(overheads),
         "max_overhead_percent": max(overheads, default=None),
         "cases_over_1_percent": sum(o > 1.0 for o in overheads),
+        "sets": per_set(rows),
     }

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-COLUMNS = ("case", "scenario", "crashed", "crash at", "replay", "restore ms", "auto", "auto ms",
-           "retry s (redone)", "speed-up", "overhead")
+COLUMNS = ("case", "set", "scenario", "crashed", "crash at", "replay", "restore ms", "auto", "auto ms",
+           "candidates / trials / time to repair", "retry s (redone)", "speed-up", "overhead")
 
 
 def _mark(flag: bool) -> str:
@@ -16,6 +16,13 @@ def _number(value: float | None, digits: int = 1, suffix: str = "") -> str:
     return "-" if value is None else f"{value:,.{digits}f}{suffix}"
 
 
+def effort_cell(effort: dict[str, Any] | None) -> str:
+    """`candidates / trials / time to repair` of the automatic run, "-" when its record holds no trials."""
+    if not effort:
+        return "-"
+    return f"{effort['candidates']} / {effort['trials']} / {_number(effort['repair_ms'], 1)} ms"
+
+
 def cells(row: dict[str, Any]) -> list[str]:
     base = row["baseline"]
     auto = row["automatic"]
@@ -23,10 +30,21 @@ def cells(row: dict[str, Any]) -> list[str]:
     replay_text = "yes" if row["replay"]["recovered"] else ("finished, off" if row["replay"]["finished"] else "NO")
     crash_at = f"{row['crash_step']}/{row['total_steps']}" if row["crash_step"] is not None else "-"
     redone = f" ({base['redone_steps']})" if base.get("redone_steps") is not None else ""
-    return [row["id"], row["scenario"], _mark(row["crashed_as_expected"]), crash_at, replay_text,
-            _number(row["replay"]["restore_ms"], 2), auto_text, _number(auto["restore_ms"], 1),
-            _number(base.get("median_s"), 2) + redone, _number(row["speedup"], 0, "x"),
+    return [row["id"], row.get("set", "tuned"), row["scenario"], _mark(row["crashed_as_expected"]), crash_at,
+            replay_text, _number(row["replay"]["restore_ms"], 2), auto_text, _number(auto["restore_ms"], 1),
+            effort_cell(auto.get("effort")), _number(base.get("median_s"), 2) + redone, _number(row["speedup"], 0, "x"),
             _number(row["overhead"]["median_percent"], 2, "%")]
+
+
+def set_lines(sets: dict[str, dict[str, int]]) -> list[str]:
+    """One line per set: the automatic rate of each set on its own (the tuned one is not a generalisation)."""
+    return [
+        f"{name}: crashed as expected {c['crashed_as_expected']}/{c['cases']}; replay {c['recovered_replay']}/"
+        f"{c['cases']}; recovered automatically {c['recovered_automatic']}/{c['cases']} "
+        f"({100.0 * c['recovered_automatic'] / c['cases']:.0f}%), finished off tolerance "
+        f"{c['finished_off_automatic']}"
+        for name, c in sets.items()
+    ]
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -35,6 +53,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         f"cases: {s['cases']}; crashed as expected: {s['crashed_as_expected']}/{s['cases']}",
         f"recovered in replay mode: {s['recovered_replay']}/{s['cases']}; "
         f"recovered automatically (rules bot): {s['recovered_automatic']}/{s['cases']}",
+        *set_lines(s.get("sets", {})),
         f"restore time, replay: median {_number(s['median_restore_ms_replay'], 2)} ms, "
         f"max {_number(s['max_restore_ms_replay'], 2)} ms; automatic: median "
         f"{_number(s['median_restore_ms_automatic'], 1)} ms",

@@ -9,6 +9,10 @@ object, goes to `--out`.
     --overhead PAIRS            fault-free overhead: the program loaded twice in this process, plain
                                 and vaccinated, timed in interleaved pairs after one warm-up each
     --policy                    answer crashes with the case's `repairs` (to record repairs.jsonl)
+
+A program keeps its step count in a local named `step` and its checkpoint in `last.pt`, unless it
+says otherwise: an adapted external program keeps its own names, declared as module constants
+`STEP_NAME` (nanoGPT's `iter_num`) and `CHECKPOINT_NAME` (nanoGPT's `ckpt.pt`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import torch
 
 from DLFailureBenchmark import cases
+from DLFailureBenchmark.checkpoint import LAST
 
 
 def load_program(path: Path, name: str) -> ModuleType:
@@ -41,14 +46,14 @@ def load_program(path: Path, name: str) -> ModuleType:
     return module
 
 
-def crash_step(error: BaseException, program: Path) -> int | None:
-    """The `step` of the deepest frame of the program when it crashed: its progress at the crash."""
+def crash_step(error: BaseException, program: Path, name: str = "step") -> int | None:
+    """The step counter `name` of the deepest frame of the program when it crashed: its progress at the crash."""
     step = None
     tb = error.__traceback__
     while tb is not None:
         frame = tb.tb_frame
-        if Path(frame.f_code.co_filename).resolve() == program and isinstance(frame.f_locals.get("step"), int):
-            step = frame.f_locals["step"]
+        if Path(frame.f_code.co_filename).resolve() == program and isinstance(frame.f_locals.get(name), int):
+            step = frame.f_locals[name]
         tb = tb.tb_next
     return step
 
@@ -72,12 +77,17 @@ def run_once(module: ModuleType, program: Path, workdir: Path, seed: int,
             "message": str(error)[:2000],
             "traceback": traceback.format_exc()[-4000:],
         }
-        result["crash_step"] = crash_step(error, program)
+        result["crash_step"] = crash_step(error, program, getattr(module, "STEP_NAME", "step"))
     result["elapsed_s"] = time.perf_counter() - started
     result["repairs"] = [dict(r) for r in RUN.repairs_since(before)]
-    checkpoints = sorted(workdir.rglob("last.pt"))
+    checkpoints = sorted(workdir.rglob(getattr(module, "CHECKPOINT_NAME", LAST)))
     result["checkpoint"] = str(checkpoints[0]) if checkpoints else None
     return result
+
+
+def vaccinated_functions(module: ModuleType) -> list[str]:
+    """The names of `module`'s functions that `@daifu.transform` vaccinated (`train`, or upstream's own names)."""
+    return [name for name, value in vars(module).items() if callable(value) and hasattr(value, "__daifu__")]
 
 
 def overhead(program: Path, workdir: Path, seed: int, pairs: int) -> dict[str, Any]:
@@ -86,8 +96,8 @@ def overhead(program: Path, workdir: Path, seed: int, pairs: int) -> dict[str, A
     plain = load_program(program, "dlfb_program_plain")
     os.environ["DAIFU_MODE"] = "interactive"  # fault-free: no crash, so no decision is ever asked for
     vaccinated = load_program(program, "dlfb_program_vaccinated")
-    if not hasattr(vaccinated.train, "__daifu__") or hasattr(plain.train, "__daifu__"):
-        raise RuntimeError(f"{program}: train() was not vaccinated in one copy and plain in the other")
+    if not vaccinated_functions(vaccinated) or vaccinated_functions(plain):
+        raise RuntimeError(f"{program}: its functions were not vaccinated in one copy and plain in the other")
     times: dict[str, list[float]] = {"plain": [], "vaccinated": []}
     for index in range(pairs + 1):
         order = [("plain", plain), ("vaccinated", vaccinated)]
