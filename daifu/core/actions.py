@@ -15,7 +15,7 @@ import keyword
 from types import CellType, CodeType
 from typing import Any
 
-from daifu.core.compiling import compile_definition, make_function, no_arguments, register_source
+from daifu.core.compiling import compile_definition, function_def, make_function, register_source
 
 _numbers = itertools.count(1)
 
@@ -35,14 +35,7 @@ def compile_action(code: str, names: list[str], flags: int = 0) -> CodeType:
     body: list[ast.stmt] = [ast.Nonlocal(names=variables)] if variables else []
     body += tree.body
     body.append(ast.Return(value=ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[])))
-    action = ast.FunctionDef(
-        name="@action",
-        args=no_arguments(),
-        body=body,
-        decorator_list=[],
-        returns=None,
-        type_params=[],
-    )
+    action = function_def("@action", body)
     ast.fix_missing_locations(ast.copy_location(action, tree.body[0] if tree.body else ast.Pass(lineno=1)))
     try:
         compiled = compile_definition(action, filename, flags, tuple(variables))

@@ -26,7 +26,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from daifu.core.blocks import HEADER_KINDS, Path, block_of, child_blocks, node_at
+from daifu.core.blocks import HEADER_KINDS, TRY, Path, block_of, child_blocks, node_at
 from daifu.core.rewrite import final_number
 from daifu.core.version import Version
 
@@ -77,6 +77,34 @@ def plan_surgery(old: Version, new: Version, path: Path, known: Collection[str])
         )
     line = node_at(old.fdef, path).lineno
     return SurgeryPlan(new, new_path, same, bool(outside_block(old.fdef, new.fdef, line)), finals)
+
+
+def refusals(old_source: str, first_lineno: int, filename: str, new_source: str, lineno: int,
+             known: Collection[str]) -> list[str]:
+    """Why a surgery replacing `old_source` while it runs the statement at file line `lineno` would
+    be refused, without a live run (the function as a crash report describes it): the same rule the
+    runtime applies (`plan_surgery`), with `known` the names it reads from outside."""
+    from daifu.core.blocks import locate, path_of
+    from daifu.core.version import build_version
+
+    try:
+        old = build_version(0, old_source, first_lineno, filename, 0, ())
+    except (SyntaxError, ValueError) as error:
+        return [f"the crashed function cannot be read: {error}"]
+    try:
+        new = build_version(1, new_source, first_lineno, filename, 0, ())
+    except SyntaxError as error:
+        return [f"the new source does not compile: line {error.lineno}: {error.msg}"]
+    except ValueError as error:
+        return [f"the new source is refused: {error}"]
+    found = locate(old.fdef.body, lineno, None)
+    if found is None:
+        return [f"line {lineno} holds no statement of the crashed function"]
+    try:
+        plan_surgery(old, new, path_of(found[0]), known)
+    except SurgeryRefused as refusal:
+        return [str(refusal)]
+    return []
 
 
 def check_same_signature(old: ast.FunctionDef, new: ast.FunctionDef) -> None:
@@ -153,9 +181,11 @@ def _header_key(node: ast.stmt) -> str:
             continue
         setattr(shallow, name, [])
     if isinstance(node, ast.Match):
-        shallow.cases = [ast.match_case(pattern=c.pattern, guard=c.guard, body=[]) for c in node.cases]
-    if hasattr(node, "handlers"):
-        shallow.handlers = [ast.ExceptHandler(type=h.type, name=h.name, body=[]) for h in node.handlers]
+        cases = [ast.match_case(pattern=c.pattern, guard=c.guard, body=[]) for c in node.cases]
+        setattr(shallow, "cases", cases)  # noqa: B010 - `shallow` is a copy: mypy sees a plain stmt
+    if isinstance(node, TRY):
+        handlers = [ast.ExceptHandler(type=h.type, name=h.name, body=[]) for h in node.handlers]
+        setattr(shallow, "handlers", handlers)  # noqa: B010
     return ast.dump(shallow)
 
 
