@@ -404,6 +404,8 @@ def test_a_trial_of_several_plays_runs_them_on_a_copy(tmp_path: Path, decide) ->
 
     decide(tried)
     assert module.main([1, "2", 3]) == (6, [1, 2, 3])
+    if verdicts[0].outcome == "unavailable":  # no sandbox on this machine (libseccomp's binding missing)
+        pytest.skip(f"trials are unavailable here: {verdicts[0].detail}")
     assert verdicts[0].outcome == "completed", verdicts[0]
 
 
