@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from daifu.config import TRANSFORM_REGISTRY, configure, set_policy, settings
     from daifu.core.crash import Crash
-    from daifu.core.decisions import Action, Plays, Raise, Retry, Skip, SkipIteration, Surgery
+    from daifu.core.decisions import Action, Patch, Plays, Raise, Retry, Skip, SkipIteration, Surgery
     from daifu.core.trial import Verdict
     from daifu.store.record import log_program_end
     from daifu.vaccinate import transform
 
 __all__ = [
     "Action",
+    "Patch",
     "Crash",
     "Plays",
     "Raise",
@@ -45,6 +46,7 @@ __all__ = [
 
 _PUBLIC = {
     "Action": "daifu.core.decisions",
+    "Patch": "daifu.core.decisions",
     "Plays": "daifu.core.decisions",
     "Raise": "daifu.core.decisions",
     "Retry": "daifu.core.decisions",

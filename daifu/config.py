@@ -23,6 +23,7 @@ TRANSFORM_REGISTRY: dict[str, Any] = {
 }
 """The prototype's switches. `REPEAT_ACTIONS` has no default: as in the prototype, setting it at
 all (even to `None`) marks a repeated experiment, whose record `log_program_end` copies."""
+_REGISTRY_DEFAULTS = dict(TRANSFORM_REGISTRY)
 
 
 class ConfigError(ValueError):
@@ -143,3 +144,11 @@ def set_policy(fn: Callable[..., Any] | None) -> None:
 def policy() -> Callable[..., Any] | None:
     """The installed policy, if any."""
     return _policy[0]
+
+
+def reset() -> None:
+    """Forget everything set from code: `configure()` values, the policy, the registry's switches."""
+    _given.clear()
+    _policy[0] = None
+    TRANSFORM_REGISTRY.clear()
+    TRANSFORM_REGISTRY.update(_REGISTRY_DEFAULTS)

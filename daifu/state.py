@@ -28,6 +28,8 @@ class RunState:
         shared decisions by it).
     said: messages given once per run (an ignored broadcast file, why DaiFu declined, no fork).
     focused: surgery files the console's `focus` wrote, whose edits a reopened console keeps.
+    watches: per function, the watch of its last automatic repair (`daifu.decide.watch`).
+    distrusted: crash sites where automatic repairs stopped, because one did harm.
     """
 
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))
@@ -37,6 +39,8 @@ class RunState:
     occurrences: Counter[str] = field(default_factory=Counter)
     said: set[str] = field(default_factory=set)
     focused: set[Path] = field(default_factory=set)
+    watches: dict[str, Any] = field(default_factory=dict)
+    distrusted: set[tuple[str, str, int]] = field(default_factory=set)
 
     def reset(self) -> None:
         """Forget everything: the next crash is the run's first."""

@@ -9,6 +9,7 @@ import pytest
 
 import daifu
 from daifu import config
+from daifu.state import RUN
 
 
 @pytest.fixture(autouse=True)
@@ -18,12 +19,11 @@ def _isolated(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("DAIFU_RECORD", str(tmp_path / "experiment_record.log"))
     for name in ("DAIFU_MODE", "DAIFU_APPROVE", "DAIFU_REPAIRBOT_URL", "DAIFU_BOT_DEADLINE", "DAIFU_MAX_ATTEMPTS"):
         monkeypatch.delenv(name, raising=False)
-    saved = dict(config.TRANSFORM_REGISTRY)
+    config.reset()
+    RUN.reset()
     yield
-    daifu.set_policy(None)
-    config._given.clear()
-    config.TRANSFORM_REGISTRY.clear()
-    config.TRANSFORM_REGISTRY.update(saved)
+    config.reset()
+    RUN.reset()
 
 
 @pytest.fixture

@@ -1,17 +1,23 @@
 """A seeded generator of small structured functions, for differential tests of the runtime.
 
 Each generated function mixes nested `for`/`while` loops, `if`/`else`, `with`, `try` whose
-handlers catch the function's own raises, `break`/`continue`/`return`, arithmetic on locals and
-appends to a trace list. Every `trace.append` carries a number, so a fault can be injected at
-one of them.
+handlers catch the function's own raises (with `else` and `finally`), `break`/`continue`/`return`
+(also inside `try` bodies, so a `finally` clause runs with a pending `return`, `break` or
+`continue`), arithmetic on locals, and appends to a trace list. Nested scopes read the locals
+while they are rebound: lambdas and inner functions kept and called later, list comprehensions
+and generator expressions. Some functions are decorated (a `functools.wraps` wrapper, a context
+decorator). Every `trace.append` carries a number — those in `finally` clauses too — so a fault
+can be injected at one of them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import random
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from collections.abc import Iterator
 
 
 class InjectedFault(Exception):
@@ -46,6 +52,37 @@ def tracked(trace: list[Any], number: int) -> Iterator[None]:
         trace.append(("exit", number))
 
 
+CALLS: list[str] = []
+"""What the generated decorators saw, in order (they must run exactly as often with DaiFu)."""
+
+
+def counted(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A `functools.wraps` wrapper that doubles `a` on the way in and notes each call."""
+
+    @functools.wraps(fn)
+    def wrapper(a: int, b: int, inject: Any) -> Any:
+        CALLS.append(f"counted {fn.__name__}")
+        return fn(a * 2, b, inject)
+
+    return wrapper
+
+
+class noted(contextlib.ContextDecorator):
+    """A context decorator (as `torch.no_grad()` is): each call runs inside its `with`."""
+
+    def __enter__(self) -> noted:
+        CALLS.append("noted enter")
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        CALLS.append("noted exit")
+        return False
+
+
+HEADER = "from tests.programgen import counted, noted, tracked\n\n"
+"""What a module holding generated functions imports."""
+
+
 class ProgramGenerator:
     """Writes the source of one function; `appends` lists the trace statements' numbers."""
 
@@ -53,6 +90,7 @@ class ProgramGenerator:
         self.rng = random.Random(seed)
         self.counter = 0
         self.appends: list[int] = []
+        self.decorators = self.rng.choice([[], [], ["counted"], ["noted()"], ["counted", "noted()"]])
 
     def _next(self) -> int:
         self.counter += 1
@@ -64,9 +102,10 @@ class ProgramGenerator:
         self.rng_state = self.rng.getstate()
         body = self._append() + self._block(depth=0, in_loop=False)
         self.rng.setstate(self.rng_state)
-        lines = ["def generated(a, b, inject):", "    trace = []"]
+        lines = [f"@{decorator}" for decorator in self.decorators]
+        lines += ["def generated(a, b, inject):", "    trace = []", "    kept = []"]
         lines += ["    " + line for line in body]
-        lines.append("    return trace, a, b")
+        lines.append("    return trace, a, b, [f() for f in kept]")
         return "\n".join(lines) + "\n"
 
     def _append(self) -> list[str]:
@@ -81,12 +120,12 @@ class ProgramGenerator:
 
     def _block(self, depth: int, in_loop: bool) -> list[str]:
         lines: list[str] = []
-        for _ in range(self.rng.randint(1, 4)):
+        for _ in range(self.rng.randint(1, 3)):
             lines += self._statement(depth, in_loop)
         return lines
 
     def _statement(self, depth: int, in_loop: bool) -> list[str]:
-        choices = ["assign", "append", "append"]
+        choices = ["assign", "append", "append", "closure"]
         if depth < 3:
             choices += ["if", "for", "while", "with", "try"]
         if in_loop:
@@ -99,6 +138,8 @@ class ProgramGenerator:
             return [f"a = (a * 3 + b + {n}) % 17", "b = (b + a) % 13"]
         if kind == "append":
             return self._append()
+        if kind == "closure":
+            return self._closure(n)
         if kind == "if":
             return [f"if (a + {n}) % 3 == 0:"] + nested(in_loop) + ["else:"] + nested(in_loop)
         if kind == "for":
@@ -116,13 +157,26 @@ class ProgramGenerator:
                 + ["except ValueError as err:", f"    trace.append(('caught', {n}, err.args))"]
                 + nested(in_loop)
                 + ["else:", f"    trace.append(('else', {n}))"]
-                + ["finally:", f"    trace.append(('finally', {n}))"]
+                + ["finally:"]
+                + ["    " + line for line in self._append()]
+                + (["    " + line for line in self._append()] if self.rng.random() < 0.3 else [])
             )
         if kind == "break":
             return [f"if b % 4 == {n % 4}:", "    break"]
         if kind == "continue":
             return [f"if b % 3 == {n % 3}:", "    continue"]
-        return [f"if a == {n % 17}:", "    return ('returned', trace, a, b)"]
+        return [f"if a == {n % 17}:", "    return ('returned', trace, a, b, [f() for f in kept])"]
+
+    def _closure(self, n: int) -> list[str]:
+        """A nested scope reading `a` and `b`: kept for later, or evaluated now."""
+        form = self.rng.choice(["lambda", "def", "listcomp", "genexp"])
+        if form == "lambda":
+            return [f"kept.append(lambda: ({n}, a, b))"]
+        if form == "def":
+            return [f"def inner{n}():", f"    return ({n}, a + b)", f"kept.append(inner{n})"]
+        if form == "listcomp":
+            return [f"trace.append(('l', {n}, [a + k for k in range(2)]))"]
+        return [f"trace.append(('g', {n}, sum(b * k for k in range(3))))"]
 
     def _maybe_else(self, depth: int, in_loop: bool) -> list[str]:
         if self.rng.random() < 0.5:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import daifu
+
 from repairbot.protocol import fingerprint
 from daifu.report.build import MAX_REPORT_BYTES, build_report, render_report_text
 from daifu.report.summary import summarize, summarize_namespace
@@ -118,10 +120,39 @@ def test_summaries_are_bounded_and_never_raise() -> None:
         def __repr__(self) -> str:
             raise RuntimeError("no repr")
 
-    assert "summary failed" in summarize(Hostile()).text
+    assert summarize(Hostile()).text == "<repr failed: RuntimeError>"
     assert len(summarize("z" * 10_000).text) <= 300
     assert summarize([[[1]] * 100] * 100).text.startswith("list of length 100")
     assert set(summarize_namespace({"__builtins__": 1, "token_file": "a", "n": 1})) == {"token_file", "n"}
+
+
+def test_a_repr_or_str_that_never_returns_is_cut_short_and_paid_once(decide) -> None:
+    """Issue 9.6: the crash handler never hangs on a value's description, and describes it once."""
+    calls = []
+
+    class Endless:
+        def __repr__(self) -> str:
+            calls.append("repr")
+            while True:
+                pass
+
+    class Mute(Exception):
+        def __str__(self) -> str:
+            while True:
+                pass
+
+    reports = []
+    decide(lambda crash: reports.append(build_report(crash)) or daifu.Skip())
+
+    @daifu.transform
+    def train():
+        value = Endless()
+        raise Mute()
+
+    train()
+    report = reports[0]
+    assert report.variables["value"].text == "<repr timed out>" and calls == ["repr"]
+    assert report.exception.message == "<str timed out>"
 
 
 @pytest.mark.torch

@@ -52,6 +52,8 @@ class Crash:
     trial: Callable[..., Any] = field(default=lambda decision, seconds=None: _no_trial(), repr=False)
     globals: Mapping[str, Any] = field(default_factory=dict, repr=False)
     entry: Any = field(default=None, repr=False)
+    watch: Callable[[Any], bool] | None = field(default=None, repr=False)
+    """Set by a decider that wants the iterations after its repair watched (`daifu.decide.watch`)."""
     edited_locals: Mapping[str, Any] | None = field(default=None, repr=False)
     """Set by a decider that let a person rebind locals in the live frame (the console's `!x = 1`):
     the locals to resume with, instead of the snapshot taken at the crash."""

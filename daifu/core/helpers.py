@@ -22,9 +22,11 @@ class Helpers:
 
     crash: `Vaccine.crash`, called by a catcher with the exception (and a lambda returning the
         frame's cells); returns to let the exception go on, or raises a `Handover`.
+    watching: what watches the iterations after an automatic repair (`daifu.decide.watch`),
+        called with the frame at the start of each; it returns False when it has seen enough.
     """
 
-    __slots__ = ("crash",)
+    __slots__ = ("crash", "watching")
 
     Exception = Exception
     Handover = Handover
@@ -34,6 +36,13 @@ class Helpers:
 
     def __init__(self, crash: Callable[..., None]) -> None:
         self.crash = crash
+        self.watching: Callable[[Any], bool] | None = None
+
+    def watch(self) -> None:
+        """The start of an iteration after an automatic repair (watched continuations only)."""
+        watching = self.watching
+        if watching is not None and not watching(sys._getframe(1)):
+            self.watching = None
 
     @staticmethod
     def handled() -> BaseException | None:

@@ -37,7 +37,7 @@ from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.helpers import Helpers
 from daifu.core.locate import raising_position
 from daifu.core.patch import PatchRefused, patch_function, resolve
-from daifu.core.rewrite import CannotResume, Mode
+from daifu.core.rewrite import CannotResume, Flavour, Mode
 from daifu.core.seedscope import SeedScope
 from daifu.core.surgery import SurgeryPlan, SurgeryRefused, check_same_signature, plan_surgery
 from daifu.core.version import Version, build_version
@@ -159,7 +159,7 @@ class Vaccine:
         self.free_names = code.co_freevars
         self.helpers = Helpers(self.crash)
         self._lock = threading.RLock()
-        self._continuations: dict[tuple[int, Path, Mode, bool], CodeType] = {}
+        self._continuations: dict[tuple[int, Path, Mode, Flavour], CodeType] = {}
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self.versions: list[Version] = []
         self._install(self._build(source, first_lineno))
@@ -317,7 +317,7 @@ class Vaccine:
 
     # -- carrying out a decision ------------------------------------------------------------
 
-    def _prepare(self, decision: Decision, crash: Crash, live: _Live, trial_run: bool = False) -> Handover:
+    def _prepare(self, decision: Decision, crash: Crash, live: _Live, flavour: Flavour = Flavour.PLAIN) -> Handover:
         """The hand-over that resumes the run with `decision` carried out on `live`.
 
         The steps of several plays (`Plays`) are carried out in order on one namespace: each action
@@ -348,7 +348,9 @@ class Vaccine:
                     bound.append(self._run_action(step.code, here.version, namespace, live))
                 elif not isinstance(step, (Retry, Patch)):
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
-            code = self._continuation(here.version, here.path, mode, trial_run)
+            if flavour is Flavour.PLAIN and crash.watch is not None:
+                flavour = Flavour.WATCHED
+            code = self._continuation(here.version, here.path, mode, flavour)
         except (RepairRefused, CannotResume) as refusal:
             for journal in reversed(bound):
                 undo(self.function.__globals__, journal)
@@ -374,6 +376,8 @@ class Vaccine:
                 namespace.pop(name, None)
             namespace.update(self.seed.view())
         self._remember(version, here.path, site, namespace, crash)
+        if flavour is Flavour.WATCHED:
+            self.helpers.watching = crash.watch
         function = make_function(code, self.function.__globals__, live.cells)
         return Handover(function, namespace)
 
@@ -466,7 +470,7 @@ class Vaccine:
             return values
 
         def run() -> Any:
-            handover = self._prepare(decision, crash, live.copy(), True)
+            handover = self._prepare(decision, crash, live.copy(), Flavour.TRIAL)
             try:
                 result = handover.continuation(handover.start())
             except sandbox.SandboxStop as stop:
@@ -489,17 +493,21 @@ class Vaccine:
             tb = tb.tb_next
         return found
 
-    def _continuation(self, version: Version, path: Path, mode: Mode, trial_run: bool) -> CodeType:
-        key = (version.number, path, mode, trial_run)
+    def _continuation(self, version: Version, path: Path, mode: Mode, flavour: Flavour) -> CodeType:
+        key = (version.number, path, mode, flavour)
         code = self._continuations.get(key)
         if code is None:
-            rewriter = version.trial_rewriter if trial_run else version.rewriter
+            rewriter = {
+                Flavour.PLAIN: version.rewriter,
+                Flavour.TRIAL: version.trial_rewriter,
+                Flavour.WATCHED: version.watched_rewriter,
+            }[flavour]
             tree = rewriter.continuation(version.fdef, path, mode)
             free = tuple(sorted(set(version.scope.cell_names)))
             code = compile_definition(tree, version.fast_code.co_filename, self.flags, free, self.helpers)
             if sys.version_info >= (3, 11):
                 code = code.replace(co_qualname=self.qualname)
-            if not trial_run:
+            if flavour is not Flavour.TRIAL:  # a trial's continuation lives and dies in its copy
                 self._continuations[key] = code
             self.units[id(code)] = version
         return code

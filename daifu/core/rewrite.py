@@ -18,9 +18,11 @@ machinery sees it: the function body, every `with` body, and the blocks of a `tr
 `finally`. Loop and `if` bodies need none: an exception leaves them without side effects, and the
 loop's iterator survives in `@itD`. Since Python 3.11 a `try` costs nothing until it raises.
 
-A continuation may be built in the *trial* flavour (`daifu.core.trial`): it signals
-`@rt.trial_end()` where the interrupted iteration of the innermost enclosing loop is over, the
-point at which a trial of a repair has seen enough.
+A continuation may be built in two more flavours, which change only the innermost loop it
+resumes: the *trial* flavour (`daifu.core.trial`) signals `@rt.trial_end()` where the interrupted
+iteration is over, the point at which a trial of a repair has seen enough; the *watched* flavour
+calls `@rt.watch()` at the start of each remaining iteration, so the iterations after an
+automatic repair are watched (`daifu.decide.watch`) — a call that does nothing once the watch is over.
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ class Mode(Enum):
     LOOP_NEXT = "loop-next"  # a `for` header: ask the same iterator for its next item
     LOOP_EXHAUSTED = "loop-exhausted"  # a loop header: end the loop as if exhausted (run `else`)
     NEXT_ITERATION = "next-iteration"  # leave the rest of the innermost loop's iteration (a `continue`)
+
+
+class Flavour(Enum):
+    """What a continuation adds at its innermost resumed loop (see the module docstring)."""
+
+    PLAIN = "plain"
+    TRIAL = "trial"
+    WATCHED = "watched"
 
 
 class CannotResume(Exception):
@@ -165,14 +175,14 @@ def _def_line(fdef: ast.FunctionDef) -> ast.AST:
 class Rewriter:
     """Builds vaccinated statement lists for one version of a function.
 
-    `trial`: build continuations in the trial flavour (see the module docstring); `_trial_mark`
-    is set while the innermost resumed loop still has to receive its end-of-trial signal.
+    `flavour`: of the continuations it builds (see the module docstring); `_flavoured` is set while the
+    innermost resumed loop still has to receive what the flavour adds.
     """
 
-    def __init__(self, scope: Scope, trial: bool = False) -> None:
+    def __init__(self, scope: Scope, flavour: Flavour = Flavour.PLAIN) -> None:
         self.scope = scope
-        self.trial = trial
-        self._trial_mark = False
+        self.flavour = flavour
+        self._flavoured = False
         self._prologue: list[ast.stmt] | None = None
         self._statements: dict[tuple[int, _Depth], list[ast.stmt]] = {}
 
@@ -375,7 +385,7 @@ class Rewriter:
         enclosing block, resumed loops running their remaining iterations with the saved
         iterators and resumed `with` blocks exiting through their saved guards.
         """
-        self._trial_mark = self.trial
+        self._flavoured = self.flavour is not Flavour.PLAIN
         rest = self._rest(fdef.body, path, mode, _Depth())
         body = self._load_locals(fdef) + self._frame(rest, fdef, in_continuation=True)
         arguments = no_arguments()
@@ -420,10 +430,10 @@ class Rewriter:
                 raise CannotResume("the faulty statement is in no loop of the function: no iteration to skip")
             return self._statement(_at([ast.Continue()], node)[0], depth)
         if mode is Mode.LOOP_NEXT and isinstance(node, ast.For):
-            return self._trial_loop_end(self._for(node, depth, _name(f"@it{depth.loops}")), node) + after
+            return self._marked(self._for(node, depth, _name(f"@it{depth.loops}")), node) + after
         if mode is Mode.LOOP_EXHAUSTED and isinstance(node, (ast.For, ast.While)):
             cleared = _at([_assign(f"@it{depth.loops}", _none())], node) if isinstance(node, ast.For) else []
-            return self._trial_loop_end(self.block(node.orelse, depth) + cleared, node) + after
+            return self._marked(self.block(node.orelse, depth) + cleared, node) + after
         raise CannotResume(f"cannot resume {mode.value} a {type(node).__name__} statement")
 
     def _resumed(self, node: ast.stmt, field: str, path: Path, mode: Mode, depth: _Depth) -> list[ast.stmt]:
@@ -462,20 +472,31 @@ class Rewriter:
             remaining = [self._while(node, depth)]
         once = ast.For(target=_name("@once", store=True), iter=ast.Tuple(elts=[_none()], ctx=ast.Load()),
                        body=rest or [ast.Pass()], orelse=remaining)
-        if self._trial_mark:
-            once.orelse = self._trial_end(node) + once.orelse
-            return self._trial_loop_end(_at([once], node), node)
-        return _at([once], node)
+        if self._flavoured and self.flavour is Flavour.TRIAL:
+            once.orelse = self._signal("trial_end", node) + once.orelse
+        return self._marked(_at([once], node), node)
 
-    def _trial_end(self, where: ast.AST) -> list[ast.stmt]:
-        return _at([ast.Expr(_call("trial_end"))], where)
+    def _signal(self, helper: str, where: ast.AST) -> list[ast.stmt]:
+        return _at([ast.Expr(_call(helper))], where)
 
-    def _trial_loop_end(self, statements: list[ast.stmt], where: ast.AST) -> list[ast.stmt]:
-        """In the trial flavour, `statements` followed by the end-of-trial signal (once, innermost)."""
-        if not self._trial_mark:
+    def _marked(self, statements: list[ast.stmt], where: ast.AST) -> list[ast.stmt]:
+        """`statements` (the innermost resumed loop) with what the flavour adds, once: the
+        end-of-trial signal after them, or the watch at the start of each remaining iteration."""
+        if not self._flavoured:
             return statements
-        self._trial_mark = False
-        return statements + self._trial_end(where)
+        self._flavoured = False
+        if self.flavour is Flavour.TRIAL:
+            return statements + self._signal("trial_end", where)
+        return [self._watched(statement) for statement in statements]
+
+    def _watched(self, node: ast.stmt) -> ast.stmt:
+        """A loop whose every iteration starts with `@rt.watch()`; for the `for @once` of a resumed
+        iteration, the loop of the remaining iterations in its `else`. Other statements unchanged."""
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == "@once":
+            return self._copy(node, orelse=[self._watched(s) for s in node.orelse])  # type: ignore[return-value]
+        if isinstance(node, (ast.For, ast.While)):
+            return self._copy(node, body=self._signal("watch", node) + node.body)  # type: ignore[return-value]
+        return node
 
     def _resumed_try(self, node: ast.stmt, field: str, rest: list[ast.stmt], depth: _Depth) -> list[ast.stmt]:
         if field == "body":

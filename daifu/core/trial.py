@@ -39,6 +39,7 @@ from daifu.core import health, sandbox
 
 _DAIFU = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SECONDS = 5.0
+RETURNED = "the function returned"
 """A trial's time budget unless configured (`DAIFU_TRIAL_SECONDS`)."""
 
 
@@ -94,7 +95,7 @@ class Verdict:
         """One line for a person: `trial: iteration finished in 84 ms, loss 2.31, state kept`."""
         took = f"{self.seconds * 1000:.0f} ms"
         if self.outcome is Outcome.COMPLETED:
-            head = f"iteration finished in {took}"
+            head = f"the call finished in {took}" if self.detail == RETURNED else f"iteration finished in {took}"
         elif self.outcome is Outcome.STOPPED_AT_EFFECT:
             head = f"ran {took} up to {self.detail} (stopped there, not done)"
         elif self.outcome is Outcome.RAISED:
@@ -260,6 +261,8 @@ def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any],
         os.dup2(capture, 1)  # the sandbox lets a trial write to these three descriptors only
         os.dup2(capture, 2)
         os.close(write_end)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - whatever the program's streams were
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         _CHILD.append(state)
         torch = sys.modules.get("torch")
         if torch is not None:
@@ -274,7 +277,7 @@ def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any],
         crashed(stop, getattr(stop, "frame", None))
     except BaseException as error:  # noqa: BLE001
         crashed(error, None)
-    _send(Outcome.COMPLETED, frame=None)
+    _send(Outcome.COMPLETED, detail=RETURNED)
 
 
 def iteration_over(frame: FrameType) -> None:

@@ -10,7 +10,7 @@ from types import CodeType
 
 from daifu.core.blocks import annotate, child_blocks
 from daifu.core.compiling import compile_definition
-from daifu.core.rewrite import Rewriter, Scope, number_finals
+from daifu.core.rewrite import Flavour, Rewriter, Scope, number_finals
 from daifu.core.seedscope import SeedNames, body_definition, declared_body, seed_names
 from daifu.core.source import normalize, parse_function
 
@@ -43,7 +43,12 @@ class Version:
     @cached_property
     def trial_rewriter(self) -> Rewriter:
         """The rewriter of this version's trial continuations (see `daifu.core.trial`)."""
-        return Rewriter(self.scope, trial=True)
+        return Rewriter(self.scope, Flavour.TRIAL)
+
+    @cached_property
+    def watched_rewriter(self) -> Rewriter:
+        """The rewriter of continuations whose next iterations are watched (`daifu.decide.watch`)."""
+        return Rewriter(self.scope, Flavour.WATCHED)
 
     @cached_property
     def lines(self) -> list[str]:

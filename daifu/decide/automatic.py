@@ -32,6 +32,7 @@ from daifu.core.crash import Crash
 from daifu.core.decisions import Action, Decision, Patch, Retry, Skip, SkipIteration, Surgery, code_of, play_name
 from daifu.core.trial import Outcome, Verdict
 from daifu.decide.botclient import BotAnswer, ask_bot
+from daifu.decide import watch
 from daifu.decide.suggestions import check_safety
 from daifu.report.build import build_report
 from daifu.say import say, say_once
@@ -80,13 +81,20 @@ class Candidate:
 
 def decide(crash: Crash, settings: Settings) -> Decision | None:
     """The decision for `crash` in automatic mode, or `None` to let the crash go on down the chain."""
+    watch.new_crash(crash)
     report = build_report(crash)
     answer = ask_bot(report, settings.bot_url, deadline=settings.bot_deadline)
     found = rank(candidates(crash, answer.suggestions))
     _say_diagnosis(crash, answer)
     chosen: Candidate | None = None
-    if settings.approve == "auto":
+    if settings.approve == "auto" and watch.distrusted(crash):
+        say_once(f"automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} stopped after one did harm; "
+                 "asking a person" + ("" if _person_present() else " (none at a terminal: the crash raises)"))
+        chosen = _ask_person(crash, answer.diagnosis, found, settings)
+    elif settings.approve == "auto":
         chosen = _verified(crash, found, settings)
+        if chosen is not None:
+            watch.start(crash, record.current_number())
     elif settings.approve == "ask":
         chosen = _ask_person(crash, answer.diagnosis, found, settings)
     _record(settings, report, answer, found, crash)
@@ -255,7 +263,7 @@ def _compound(node: ast.stmt) -> bool:
 
 def _ask_person(crash: Crash, diagnosis: Diagnosis, found: list[Candidate], settings: Settings) -> Candidate | None:
     """The candidate a person at the terminal applies (each shown with its trial verdict)."""
-    if not sys.stdin or not sys.stdin.isatty():
+    if not _person_present():
         return None
     options = [c for c in found if c.usable]
     for candidate in options[: settings.max_trials]:
@@ -267,6 +275,10 @@ def _ask_person(crash: Crash, diagnosis: Diagnosis, found: list[Candidate], sett
         return None
     return next((c for c in options if c.decision == decision), Candidate(Suggestion(
         kind="action", code="", explanation="chosen by a person", confidence=1.0), decision))
+
+
+def _person_present() -> bool:
+    return bool(sys.stdin and sys.stdin.isatty())
 
 
 def diagnosis_text(diagnosis: Diagnosis) -> str:

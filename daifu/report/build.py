@@ -31,6 +31,7 @@ from repairbot.protocol import (
     Variable,
     fingerprint,
 )
+from daifu.core.bounded import describe
 from daifu.report.summary import Summary, summarize_namespace, truncate
 
 MAX_REPORT_BYTES = 256 * 1024
@@ -54,12 +55,17 @@ def function_info(crash: Crash) -> FunctionInfo:
 
 
 def build_report(crash: Crash) -> CrashReport:
-    """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON."""
+    """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON.
+
+    The live values are summarised once (a user's `__repr__` may be slow) and shared by the
+    report's variables and its first frame.
+    """
+    summaries = _variables(summarize_namespace(crash.locals))
     report = CrashReport(
         exception=_exception_info(crash.exception),
         function=function_info(crash),
-        frames=_frames(crash),
-        variables=_variables(summarize_namespace(crash.locals)),
+        frames=_frames(crash, summaries),
+        variables=summaries,
         environment=environment(),
         tried=[Attempt(decision=truncate(d, 2000), outcome=truncate(o, 500)) for d, o in crash.tried],
         attempt=crash.attempt,
@@ -98,7 +104,7 @@ def _exception_info(error: BaseException) -> ExceptionInfo:
 
 def _message(error: BaseException) -> str:
     try:
-        return truncate(str(error), _MAX_MESSAGE)
+        return truncate(describe(error, str), _MAX_MESSAGE)
     except Exception:
         return "<str() of the exception failed>"
 
@@ -123,13 +129,15 @@ def _chain(error: BaseException) -> Iterator[ChainedException]:
         current = nxt
 
 
-def _frames(crash: Crash) -> list[Frame]:
+def _frames(crash: Crash, summaries: dict[str, Variable]) -> list[Frame]:
     entries = list(traceback.walk_tb(crash.exception.__traceback__))
     start = _start_index(entries, crash)
     frames = []
     for position, (frame, lineno) in enumerate(entries[start:]):
         if position == 0:
-            frames.append(_frame(frame, crash.lineno, crash.locals, callee=False, filename=crash.filename))
+            first = _frame(frame, crash.lineno, {}, callee=False, filename=crash.filename)
+            first.locals = summaries
+            frames.append(first)
         else:
             frames.append(_frame(frame, lineno, frame.f_locals, callee=True))
     if not frames:  # the runtime gave a crash without its traceback
@@ -139,7 +147,7 @@ def _frames(crash: Crash) -> list[Frame]:
                 lineno=crash.lineno,
                 function=crash.function_name,
                 code=crash.statement.strip(),
-                locals=_variables(summarize_namespace(crash.locals)),
+                locals=summaries,
             )
         )
     return frames

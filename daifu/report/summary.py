@@ -21,6 +21,8 @@ from pathlib import PurePath
 from typing import Any
 from collections.abc import Mapping
 
+from daifu.core.bounded import describe
+
 MAX_TEXT = 300
 """Characters in one summary's text."""
 _SMALL_TENSOR = 1_000_000
@@ -96,7 +98,7 @@ def _dispatch(value: Any) -> Summary:
         return Summary(type(value).__name__, f"{type(value).__name__} of length {len(value)}", {"len": len(value)})
     if isinstance(value, (list, tuple, set, frozenset, dict)):
         return _container(value)
-    return Summary(_type_name(value), repr(value)[:MAX_TEXT])
+    return Summary(_type_name(value), describe(value)[:MAX_TEXT])  # a user's __repr__: bounded in time
 
 
 def _type_name(value: Any) -> str:
@@ -208,7 +210,7 @@ def _module(value: Any) -> Summary:
     ]
     if linears:
         facts["linears"] = linears[:50]
-    return Summary(type(value).__name__, f"{type(value).__name__} ({count} parameters): {repr(value)}", facts)
+    return Summary(type(value).__name__, f"{type(value).__name__} ({count} parameters): {describe(value)}", facts)
 
 
 def _optimizer(value: Any) -> Summary:

@@ -36,7 +36,18 @@ from typing import Any
 
 from daifu import config, ranks
 from daifu.core.crash import Crash
-from daifu.core.decisions import PLAYS_VERSION, Decision, Patch, Plays, code_of, play_name, step_names, to_data
+from daifu.core.decisions import (
+    PLAYS_VERSION,
+    Decision,
+    Patch,
+    Plays,
+    Surgery,
+    code_of,
+    play_name,
+    step_names,
+    to_data,
+)
+from daifu.say import say
 from daifu.state import RUN
 from daifu.store import repairs
 from daifu.store.lines import LineFile
@@ -201,11 +212,29 @@ class Entry:
     def resumed(self, seconds: float) -> None:
         _write("INFO", f"Repair {self.number} End")
         self._save(seconds * 1000.0)
+        trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
+        say(f"repair {self.number}: {self._where()}: {self._what()} (by {self.decided_by}){trial}; "
+            f"resumed in {seconds * 1000:.1f} ms")
 
     def failed(self, decided_by: str) -> None:
         self.decided_by = self.decided_by or decided_by
         _write("INFO", "Repair Fails")
         self._save(None)
+        say(f"repair {self.number}: {self._where()}: not repaired ({self.decided_by}); the exception goes on")
+
+    def _where(self) -> str:
+        crash = self.crash
+        return f"{crash.exception_type} at {os.path.basename(crash.filename)}:{crash.lineno} in {crash.qualname}"
+
+    def _what(self) -> str:
+        decision = self.decision
+        if decision is None:
+            return "nothing"
+        code = code_of(decision) or ""
+        first = next((line.strip() for line in code.splitlines() if line.strip() and not line.lstrip().startswith(("@", "def "))), "")
+        if isinstance(decision, Plays):
+            return "+".join(step_names(decision))
+        return play_name(decision) + (f" `{first[:60]}`" if first and not isinstance(decision, Surgery) else "")
 
     def _save(self, duration_ms: float | None) -> None:
         decision = self.decision

@@ -1,0 +1,391 @@
+"""The guarantees of a resume on code that nests scopes, decorates, and finishes in `finally`.
+
+One test (or a few) per defect the resume-semantics issue reported, through the public API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import linecache
+import traceback
+import warnings
+from typing import Any
+
+import pytest
+
+import daifu
+
+
+def skip_index_errors(crash: daifu.Crash) -> Any:
+    return daifu.Skip() if isinstance(crash.exception, IndexError) else daifu.Raise()
+
+
+# -- 1. locals captured by nested scopes and rebound after the resume point --------------------------
+
+
+def test_a_local_read_by_a_comprehension_and_rebound_later_survives_every_decision(decide) -> None:
+    @daifu.transform()
+    def train(batches):
+        history = []
+        for step, batch in enumerate(batches):
+            scale = 0.5
+            check = batch[2]  # noqa: F841 - IndexError on the short batch
+            history.append([scale * v for v in batch])
+        return history
+
+    daifu.set_policy(skip_index_errors)
+    assert train([[1, 2, 3], [4, 5], [6, 7, 8]]) == [[0.5, 1.0, 1.5], [2.0, 2.5], [3.0, 3.5, 4.0]]
+
+
+def test_an_action_then_a_generator_expression_over_a_rebound_cell(decide) -> None:
+    @daifu.transform()
+    def weigh(xs, w):
+        for _ in range(2):
+            n = len(xs) / 2
+            log = xs[:n]  # noqa: F841 - TypeError: a float index
+            w = w + sum(w * x for x in xs)
+        return w
+
+    seen = decide(lambda crash: daifu.Action("n = int(n)"), lambda crash: daifu.Action("n = int(n)"))
+    assert weigh([1, 2], 1.0) == 16.0 and len(seen) == 2
+
+
+def test_a_closure_defined_in_the_loop_sees_this_iterations_values_after_a_retry(decide) -> None:
+    fails = {1}
+
+    def flaky(i: int) -> int:
+        if i in fails:
+            fails.discard(i)
+            raise RuntimeError("once")
+        return i
+
+    @daifu.transform
+    def fit(data):
+        results = []
+        for x, y in data:
+            def closure():
+                return x * 10 + y
+
+            flaky(x)
+            results.append(closure())
+        return results
+
+    decide(daifu.Retry())
+    assert fit([(0, 1), (1, 2), (2, 3)]) == [1, 12, 23]
+
+
+# -- 2. decorators below `@daifu.transform` ------------------------------------------------------------
+
+
+def doubling(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(x: int) -> int:
+        return fn(x * 2)
+
+    return wrapper
+
+
+def test_a_wraps_wrapper_below_keeps_working() -> None:
+    @daifu.transform
+    @doubling
+    def g(x):
+        return x * 2
+
+    assert g(1) == 4 and g.__daifu__ is None if hasattr(g, "__daifu__") else g(1) == 4
+    assert inspect.unwrap(g).__daifu__ is not None  # the function itself was vaccinated, in place
+
+
+def test_a_wraps_wrapper_below_still_wraps_a_repaired_call(decide) -> None:
+    decide(lambda crash: daifu.Action("x = 3"))
+
+    @daifu.transform
+    @doubling
+    def g(x):
+        return 12 // (x - 2)
+
+    assert g(1) == 12  # the wrapper doubled 1 to 2; the action set x = 3 and the call resumed
+
+
+def test_a_context_decorator_below_still_wraps_every_call() -> None:
+    entered = []
+
+    class watched(contextlib.ContextDecorator):
+        def __enter__(self) -> Any:
+            entered.append("enter")
+            return self
+
+        def __exit__(self, *exc: Any) -> bool:
+            entered.append("exit")
+            return False
+
+    @daifu.transform
+    @watched()
+    def f(x):
+        return x + 1
+
+    assert f(1) == 2 and entered == ["enter", "exit"]
+
+
+def test_lru_cache_and_method_decorators_keep_their_meaning() -> None:
+    calls = []
+
+    @daifu.transform
+    @functools.lru_cache(maxsize=None)
+    def square(x):
+        calls.append(x)
+        return x * x
+
+    assert square(3) == 9 and square(3) == 9 and calls == [3]
+
+    class Model:
+        @daifu.transform
+        @staticmethod
+        def build():
+            return 1
+
+        @daifu.transform
+        @classmethod
+        def make(cls):
+            return cls.__name__
+
+        @daifu.transform
+        @property
+        def size(self):
+            return 5
+
+    assert Model.build() == 1 and Model.make() == "Model" and Model().size == 5
+
+
+def test_a_wrapper_that_does_not_say_what_it_wraps_is_seen_through_with_a_warning(decide) -> None:
+    def hiding(fn: Any) -> Any:
+        def wrapper(x: int) -> int:
+            return fn(x) + 100
+
+        return wrapper
+
+    with pytest.warns(RuntimeWarning, match=r"wrapper.*around.*'.*f'.*functools.wraps"):
+
+        @daifu.transform
+        @hiding
+        def f(x):
+            return 10 // x
+
+    decide(lambda crash: daifu.Action("x = 5"))
+    assert f(0) == 102  # the user's function was vaccinated and repaired; the wrapper still adds 100
+
+
+@pytest.mark.torch
+def test_torch_no_grad_below_keeps_gradients_off_and_needs_no_global() -> None:
+    torch = pytest.importorskip("torch")
+    weight = torch.ones(2, requires_grad=True)
+
+    @daifu.transform
+    @torch.no_grad()
+    def predict(x):
+        return (weight * x).sum()
+
+    out = predict(torch.ones(2))
+    assert out.item() == 2.0 and not out.requires_grad
+
+
+# -- 3. a resume inside a running `finally` -----------------------------------------------------------
+
+
+class Once:
+    """Raises once, then returns its argument."""
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def __call__(self, value: Any) -> Any:
+        if not self.raised:
+            self.raised = True
+            raise RuntimeError("flaky")
+        return value
+
+
+def test_a_finally_resumed_after_a_return_still_returns(decide) -> None:
+    once, log = Once(), []
+    decide(daifu.Retry())
+
+    @daifu.transform
+    def f():
+        try:
+            log.append("body")
+            return "value"
+        finally:
+            log.append(once("cleanup"))
+
+    assert f() == "value" and log == ["body", "cleanup"]
+
+
+def test_a_finally_resumed_during_an_exception_still_raises_it(decide) -> None:
+    once, log = Once(), []
+    seen = decide(daifu.Raise(), daifu.Skip())
+
+    @daifu.transform
+    def f():
+        try:
+            raise KeyError("original")
+        finally:
+            log.append("finally")
+            once(None)
+            log.append("after")
+
+    with pytest.raises(KeyError, match="original"):
+        f()
+    assert log == ["finally", "after"] and [type(c.exception) for c in seen] == [KeyError, RuntimeError]
+
+
+def test_break_and_continue_pending_in_a_finally_keep_their_meaning(decide) -> None:
+    decide(daifu.Retry(), daifu.Retry())
+    first, second, log = Once(), Once(), []
+
+    @daifu.transform
+    def f():
+        for i in range(5):
+            try:
+                if i == 1:
+                    continue
+                if i == 3:
+                    break
+                log.append(i)
+            finally:
+                if i == 1:
+                    first(None)
+                if i == 3:
+                    second(None)
+                log.append(f"finally {i}")
+        else:
+            log.append("else")
+        return log
+
+    assert f() == [0, "finally 0", "finally 1", 2, "finally 2", "finally 3"]
+
+
+def test_surgery_and_action_inside_a_finally(decide) -> None:
+    zero = [0]
+
+    @daifu.transform
+    def f():
+        total = 0
+        for i in range(3):
+            try:
+                total += i
+            finally:
+                total += 10 // zero[0]
+        return total
+
+    fixed = inspect.getsource(f).replace("10 // zero[0]", "10")
+    decide(daifu.Surgery(fixed))
+    assert f() == 33
+
+
+# -- 4. one validator ------------------------------------------------------------------------------------
+
+
+def test_a_surgery_changing_the_enclosing_for_header_is_refused_by_every_checker(decide) -> None:
+    @daifu.transform
+    def f(items):
+        out = []
+        for item in items:
+            out.append(10 // item)
+        return out
+
+    changed = inspect.getsource(f).replace("for item in items:", "for item in items[1:]:")
+    reasons = []
+    decide(lambda crash: reasons.append(crash.check(daifu.Surgery(changed))) or daifu.Surgery(changed), daifu.Skip())
+    assert f([1, 0, 2]) == [10, 5]
+    assert reasons and "enclosing `for` statement" in reasons[0]
+
+
+def test_a_surgery_adding_yield_is_refused_with_the_reason(decide) -> None:
+    @daifu.transform
+    def f():
+        return 1 // 0
+
+    seen = decide(lambda crash: daifu.Surgery("def f():\n    yield 1\n"), daifu.Raise())
+    with pytest.raises(ZeroDivisionError):
+        f()
+    assert "generator" in seen[1].tried[0][1]
+
+
+def test_a_surgery_that_stops_assigning_a_name_it_still_reads_is_refused(decide) -> None:
+    @daifu.transform
+    def f(x):
+        y = x * 2
+        z = y / (x - 1)
+        return z + y
+
+    stale = inspect.getsource(f).replace("        y = x * 2\n", "")
+    seen = decide(lambda crash: daifu.Surgery(stale), daifu.Raise())
+    with pytest.raises(ZeroDivisionError):
+        f(1)
+    assert "'y'" in seen[1].tried[0][1] and "nothing defines" in seen[1].tried[0][1]
+
+
+# -- 5. what the user sees after a resume -----------------------------------------------------------------
+
+
+def test_after_a_surgery_a_traceback_shows_the_code_that_ran(decide) -> None:
+    @daifu.transform
+    def f(x):
+        y = x + 1
+        return 10 // (y - 2)
+
+    patched = inspect.getsource(f).replace("return 10 // (y - 2)", "return 100 // (y - 2)  # patched")
+    decide(daifu.Surgery(patched), daifu.Raise())
+    with pytest.raises(ZeroDivisionError) as info:
+        f(1)
+    text = "".join(traceback.format_exception(info.value))
+    assert "return 100 // (y - 2)  # patched" in text
+    assert inspect.getsource(f).count("# patched") == 1  # inspect reads the running source too
+
+
+def test_after_a_resume_the_outer_frame_shows_the_def_line_not_a_line_that_never_ran(decide) -> None:
+    once = Once()
+
+    @daifu.transform
+    def f():
+        once(None)
+        return 1 // 0
+
+    decide(daifu.Retry(), daifu.Raise())
+    with pytest.raises(ZeroDivisionError) as info:
+        f()
+    frames = [entry for entry in traceback.extract_tb(info.value.__traceback__) if entry.name == "f"]
+    first_line = inspect.getsourcelines(f)[1]
+    assert [entry.line for entry in frames] == ["def f():", "return 1 // 0"]
+    assert frames[0].lineno == first_line + 1
+    assert not any("daifu" in entry.filename for entry in traceback.extract_tb(info.value.__traceback__)[1:])
+
+
+def test_a_patched_callee_is_compiled_with_its_own_name_and_shows_its_new_code(decide) -> None:
+    from tests import patchtarget
+
+    decide(daifu.Patch(f"{patchtarget.__name__}:halve", "def halve(x):\n    return x // 2\n"))
+
+    @daifu.transform
+    def f():
+        return list(range(patchtarget.halve(5)))  # TypeError: a float
+
+    try:
+        assert f() == [0, 1]
+        code = patchtarget.halve.__code__
+        assert code.co_name == "halve" and "(patch" in code.co_filename
+        assert linecache.getline(code.co_filename, code.co_firstlineno + 1).strip() == "return x // 2"
+    finally:
+        patchtarget.restore()
+
+
+def test_no_warning_is_emitted_when_nothing_crashes() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        @daifu.transform
+        def f(x):
+            return [x + k for k in range(3)]
+
+        assert f(1) == [1, 2, 3]
