@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from daifu.config import TRANSFORM_REGISTRY, configure, set_policy, settings
     from daifu.core.crash import Crash
-    from daifu.core.decisions import Action, Patch, Raise, Retry, Skip, SkipIteration, Surgery
+    from daifu.core.decisions import Action, Patch, Plays, Raise, Retry, Skip, SkipIteration, Surgery
     from daifu.core.trial import Verdict
     from daifu.store.record import log_program_end
     from daifu.vaccinate import transform
@@ -26,6 +26,7 @@ __all__ = [
     "Action",
     "Patch",
     "Crash",
+    "Plays",
     "Raise",
     "Retry",
     "Skip",
@@ -46,6 +47,7 @@ __all__ = [
 _PUBLIC = {
     "Action": "daifu.core.decisions",
     "Patch": "daifu.core.decisions",
+    "Plays": "daifu.core.decisions",
     "Raise": "daifu.core.decisions",
     "Retry": "daifu.core.decisions",
     "Skip": "daifu.core.decisions",
@@ -67,8 +69,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_PUBLIC[name]), name)
     elif name == "repair":
         value = importlib.import_module("daifu.repair")
-    elif name == "logger":  # the prototype's `daifu.logger`: loguru's logger, loaded when asked
-        value = importlib.import_module("loguru").logger
+    elif name == "logger":  # the prototype's `daifu.logger`: loguru's logger, its lines in the record
+        value = importlib.import_module("daifu.store.record").loguru_logger()
     elif name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 

@@ -102,6 +102,6 @@ def test_edit_reads_the_workspace_file_back(monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_quit_opens_the_console(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     vaccinated = prompting(Suggestion("retry", "", "try again"))
-    answering(monkeypatch, "q", "pass", "q")  # the console reads its commands through input() too
+    answering(monkeypatch, "q", "skip", "q")  # the console reads its commands through input() too
     assert vaccinated([1, "2", 3]) == 4
     assert "DaiFu caught TypeError" in capsys.readouterr().out

@@ -33,7 +33,7 @@ def test_describe_marks_the_faulty_line_and_shows_live_values(tmp_path: Path) ->
     assert f">> {line}          {FAULTY}" in shown
     assert f"   {line - 1}      for item in data:" in shown
     assert "└ '3'" in shown and "TypeError: unsupported operand type(s) for +: 'int' and 'str'" in shown
-    terminal.command("pass")
+    terminal.command("skip")
     terminal.leave("q")
 
 
@@ -41,7 +41,7 @@ def test_pdb_commands_see_the_live_frame(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
     assert "(3, '3', [1, 2])" in terminal.command("p total, item, seen")
     assert f"accumulate.py({line_of('accumulate.py', FAULTY)})main()" in terminal.command("w")
-    terminal.command("pass")
+    terminal.command("skip")
     assert "FINAL total=7 seen=[1, 2, '3', 4]" in terminal.leave("q")
 
 
@@ -83,10 +83,18 @@ def test_a_failing_action_brings_the_console_back_with_the_reason(tmp_path: Path
     assert "FINAL total=10 seen=[1, 2, 3, 4]" in terminal.leave("q")
 
 
-def test_pass_skips_the_faulty_statement(tmp_path: Path) -> None:
+def test_skip_goes_on_after_the_faulty_statement(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
-    terminal.command("pass")
+    assert "Skip: it takes effect" in terminal.command("skip")
     assert "FINAL total=7 seen=[1, 2, '3', 4] trace=None" in terminal.leave("continue")
+
+
+def test_pass_runs_the_statement_again_as_the_prototype_did(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "flaky.py")
+    assert "Pass: it takes effect" in terminal.command("pass")
+    assert "FINAL got=[0, 10, 20] calls=4" in terminal.leave("q")
+    plays = [line.rsplit(" - ", 1)[1] for line in (tmp_path / "experiment_record.log").read_text().splitlines()]
+    assert "Repairing... Pass" in plays
 
 
 def test_retry_runs_the_statement_again(tmp_path: Path) -> None:
@@ -147,14 +155,14 @@ def test_help_lists_every_daifu_command(tmp_path: Path) -> None:
     for name in COMMANDS:
         assert f"\n  {name:<10} " in listing
     assert "focus\n" in terminal.command("help focus")
-    terminal.command("pass")
+    terminal.command("skip")
     terminal.leave("q")
 
 
 def test_stepping_is_refused_and_the_session_goes_on(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
     assert "Stepping is not available" in terminal.command("next")
-    terminal.command("pass")
+    terminal.command("skip")
     assert "FINAL total=7" in terminal.leave("q")
 
 
@@ -163,20 +171,20 @@ def test_ctrl_c_at_the_prompt_keeps_the_session(tmp_path: Path) -> None:
     terminal.child.sendintr()
     terminal.child.expect_exact("--KeyboardInterrupt--")
     terminal.wait_prompt()
-    terminal.command("pass")
+    terminal.command("skip")
     assert "FINAL total=7" in terminal.leave("q")
 
 
 def test_broadcast_is_applied_by_the_next_process_without_asking(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
-    terminal.command("pass")
+    terminal.command("skip")
     assert "Broadcast saved to" in terminal.command("broadcast")
     terminal.leave("q")
     saved = json.loads((terminal.workspace / "1.broadcast").read_text())
-    assert saved["plays"] == [{"play": "Pass", "code": None}] and saved["exception_type"] == "TypeError"
+    assert saved["plays"] == [{"play": "Skip", "code": None}] and saved["exception_type"] == "TypeError"
     again = spawn(tmp_path, [program("accumulate.py")])
     out = again.finish()
-    assert "applying Pass from the broadcast" in out and "FINAL total=7" in out and "(DaiFu)" not in out
+    assert "applying Skip from the broadcast" in out and "FINAL total=7" in out and "(DaiFu)" not in out
 
 
 def test_report_shows_the_crash_report(tmp_path: Path) -> None:
@@ -184,7 +192,7 @@ def test_report_shows_the_crash_report(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
     shown = terminal.command("report")
     assert "Crash report" in shown and "total = total + item" in shown
-    terminal.command("pass")
+    terminal.command("skip")
     terminal.leave("q")
 
 

@@ -23,7 +23,7 @@ from daifu.store import record
 from daifu.store import workspace
 from daifu.console.colour import paint, wanted
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Retry, Skip, Surgery
+from daifu.core.decisions import Action, Decision, Pass, Retry, Skip, Surgery
 from daifu.console.diffs import source_diff
 
 COMMANDS = (
@@ -34,6 +34,7 @@ COMMANDS = (
     "action",
     "pass",
     "retry",
+    "skip",
     "broadcast",
     "report",
     "exit",
@@ -220,13 +221,18 @@ class Console(pdb.Pdb):
 
     def do_pass(self, arg: str) -> None:
         """pass
-        Skip the faulty statement: the program goes on after it when you leave with `q`."""
-        self._take(Skip(), "Pass")
+        Change nothing: the faulty statement runs again when you leave with `q` (as the prototype's `pass`)."""
+        self._take(Pass(), "Pass")
 
     def do_retry(self, arg: str) -> None:
         """retry
         Run the faulty statement again, unchanged, when you leave with `q`."""
         self._take(Retry(), "Retry")
+
+    def do_skip(self, arg: str) -> None:
+        """skip
+        Skip the faulty statement: the program goes on after it when you leave with `q`."""
+        self._take(Skip(), "Skip")
 
     def do_broadcast(self, arg: str) -> None:
         """broadcast
@@ -234,7 +240,7 @@ class Console(pdb.Pdb):
         A process that meets the same function, line and exception type takes the same decision
         without asking. Saved as JSON: reading it never runs code."""
         if self.decision is None:
-            self.error("Nothing to broadcast yet: take a decision first (surgery, action, pass or retry).")
+            self.error("Nothing to broadcast yet: take a decision first (surgery, action, pass, retry or skip).")
             return
         path = self._broadcast(self.decision)
         if path is not None:
@@ -268,9 +274,9 @@ class Console(pdb.Pdb):
 
     def _no_stepping(self, arg: str) -> None:
         """(not available in the DaiFu console)
-        Stepping needs tracing, which the DaiFu console never turns on. Use `retry`, `pass`,
+        Stepping needs tracing, which the DaiFu console never turns on. Use `retry`, `skip`,
         `action` or `surgery`, then `q`."""
-        self.error("Stepping is not available in the DaiFu console: use retry, pass, action or surgery, then q.")
+        self.error("Stepping is not available in the DaiFu console: use retry, skip, action or surgery, then q.")
 
     do_step = do_s = do_next = do_n = do_until = do_unt = do_return = do_r = _no_stepping
     do_jump = do_j = do_run = do_restart = _no_stepping

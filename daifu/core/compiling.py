@@ -80,6 +80,8 @@ def compile_definition(
     """
     declared = [name for name in free_names if name != "__class__"]
     body: list[ast.stmt] = []
+    if fdef.name not in free_names:  # the `def` must not make the function's own name a factory local:
+        body.append(ast.Global(names=[fdef.name]))  # a recursive call reads it as the original does
     if declared:
         targets: list[ast.expr] = [ast.Name(id=name, ctx=ast.Store()) for name in declared]
         body.append(ast.Assign(targets=targets, value=ast.Constant(value=None)))
