@@ -212,3 +212,15 @@ def test_describe_shows_tensors_by_shape_dtype_and_device(tmp_path: Path) -> Non
     assert "tensor(shape=[2, 3], dtype=float32, device=cpu)" in shown
     assert "tensor(shape=[4, 5], dtype=float32, device=cpu)" in shown
     terminal.leave("exit")
+
+
+def test_trial_tries_a_repair_on_a_copy_and_changes_nothing(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    terminal.command("focus")
+    fix_surgery_file(terminal, *FIXED_SOURCE)
+    shown = terminal.command("trial surgery")
+    assert "trial: " in shown and "state kept" in shown, shown
+    assert "raised TypeError" in terminal.command("trial retry")
+    assert "(3, '3', [1, 2])" in terminal.command("p total, item, seen")  # the live frame is as it was
+    terminal.command("skip")
+    assert "FINAL total=7 seen=[1, 2, '3', 4]" in terminal.leave("q")

@@ -116,6 +116,13 @@ class _Prompt:
             print("\n".join(f"    {line}" for line in suggestion.code.rstrip("\n").splitlines()))
         problem = self.problem(suggestion)
         print(f"Check: {'ok' if problem is None else 'would be refused: ' + problem}")
+        verdict = getattr(suggestion, "verdict", None)  # tried on a copy of the run (automatic mode)
+        if verdict is not None:
+            mark = "green" if verdict.passed else "red"
+            print(paint(verdict.describe()[0].upper() + verdict.describe()[1:], mark, self.colour))
+        unsafe = getattr(suggestion, "unsafe", ())
+        if unsafe:
+            print(f"Not allowed unattended: {'; '.join(unsafe)}")
 
     def problem(self, suggestion: Suggestion) -> str | None:
         try:

@@ -23,7 +23,7 @@ from daifu.store import record
 from daifu.store import workspace
 from daifu.console.colour import paint, wanted
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Pass, Retry, Skip, Surgery
+from daifu.core.decisions import Action, Decision, Pass, Retry, Skip, SkipIteration, Surgery
 from daifu.console.diffs import source_diff
 
 COMMANDS = (
@@ -35,6 +35,7 @@ COMMANDS = (
     "pass",
     "retry",
     "skip",
+    "trial",
     "broadcast",
     "report",
     "exit",
@@ -233,6 +234,35 @@ class Console(pdb.Pdb):
         """skip
         Skip the faulty statement: the program goes on after it when you leave with `q`."""
         self._take(Skip(), "Skip")
+
+    def do_trial(self, arg: str) -> None:
+        """trial [surgery|action|skip|retry|iteration]
+        Try a repair on a sandboxed copy of the run without applying it, and say how it went.
+        Without an argument: the decision taken so far, else the surgery file of `focus`. The copy
+        runs to the end of the interrupted iteration; it writes no file and starts no process."""
+        decision = self._trial_subject(arg.strip())
+        if decision is None:
+            return
+        self.message(f"Trying {decisions.play_name(decision)} on a copy of the run...")
+        verdict = self.crash.trial(decision)
+        self.message(paint(verdict.describe(), "green" if verdict.passed else "red", self.colour))
+        if verdict.output.strip():
+            self.message("What the copy printed:\n" + "\n".join(f"  {line}" for line in verdict.output.splitlines()[-10:]))
+
+    def _trial_subject(self, which: str) -> Decision | None:
+        plain = {"skip": Skip(), "retry": Retry(), "iteration": SkipIteration()}
+        if which in plain:
+            return plain[which]
+        if which in ("surgery", "action"):
+            code = self._read_focus_file(which, self._surgery_path if which == "surgery" else self._action_path)
+            return None if code is None else (Surgery(code) if which == "surgery" else Action(code))
+        if which:
+            self.error("Usage: trial [surgery|action|skip|retry|iteration]")
+            return None
+        if self.decision is not None:
+            return self.decision
+        code = self._read_focus_file("surgery", self._surgery_path)
+        return None if code is None else Surgery(code)
 
     def do_broadcast(self, arg: str) -> None:
         """broadcast
