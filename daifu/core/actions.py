@@ -19,6 +19,7 @@ plays can put them back too when a later one is refused.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import keyword
 from types import CellType, CodeType
@@ -47,8 +48,12 @@ class ActionFailed(Exception):
     """The action does not compile, or raised; the message says which and where."""
 
 
-def compile_action(code: str, names: list[str], flags: int = 0) -> CodeType:
-    """The code object of `code` as a function whose free variables are `names`."""
+@functools.lru_cache(maxsize=64)
+def compile_action(code: str, names: tuple[str, ...], flags: int = 0) -> CodeType:
+    """The code object of `code` as a function whose free variables are `names`.
+
+    Kept for the next time: the same action at the same site (a repeated crash, a replay) reuses it.
+    """
     filename = f"<daifu action {next(_numbers)}>"
     try:
         tree = ast.parse(code, filename)
@@ -80,7 +85,7 @@ def run_action(
     `namespace` (an unbound one is removed), its other bindings to the module's globals. Returns
     the module globals it bound, with their old values.
     """
-    names = [name for name in namespace if name.isidentifier()]
+    names = tuple(name for name in namespace if name.isidentifier())
     compiled = compile_action(code, names, flags)
     cells = {name: CellType(namespace[name]) for name in compiled.co_freevars if name in namespace}
     function = make_function(compiled, globals_, cells)
