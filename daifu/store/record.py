@@ -210,8 +210,11 @@ class Entry:
         what = "+".join(step_names(decision))
         _write("WARNING", f"Repair {self.number}: {what} from {decided_by} refused: {reason}")
 
-    def resumed(self, seconds: float) -> None:
+    def resumed(self, started: float) -> None:
+        """The run resumes now; `started` was `time.perf_counter()` at the crash. The restore time
+        recorded covers everything from the crash to here, this record line included."""
         _write("INFO", f"Repair {self.number} End")
+        seconds = time.perf_counter() - started
         self._save(seconds * 1000.0)
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
         say(f"repair {self.number}: {self._where()}: {self._what()} (by {self.decided_by}){trial}; "
