@@ -14,7 +14,9 @@ from typing import Any
 from collections.abc import Callable
 
 MODES = ("interactive", "automatic", "replay", "off")
-APPROVALS = ("ask", "auto", "never")
+APPROVALS = ("ask", "auto", "never", "remote")
+REMOTE_FALLBACKS = ("raise", "auto")
+MAX_REMOTE_DEADLINE = 7 * 24 * 3600.0
 
 TRANSFORM_REGISTRY: dict[str, Any] = {
     "IS_AUTOMATIC": False,
@@ -38,7 +40,8 @@ class Settings:
         is at a terminal, else `Raise`), `automatic` (ask the repair bot), `replay` (re-apply the
         recorded repairs), `off` (`transform` returns functions untouched).
     approve: for repair-bot suggestions — `ask` (a prompt), `auto` (apply the best safe one),
-        `never` (record them and raise).
+        `never` (record them and raise), `remote` (a person decides on the repair bot service's
+        approval page while the process waits; `daifu.decide.remote`).
     bot_url: the repair bot's base URL; `None` means the embedded rules engine, in-process.
     bot_deadline: seconds one call to the repair bot may take in all (connecting, waiting, reading);
         past it, the embedded rules engine answers instead.
@@ -46,6 +49,9 @@ class Settings:
     workspace: the folder for workspace files and the JSON-lines record.
     max_trials: candidate repairs tried on a sandboxed copy of the run, per crash, at most.
     trial_seconds: the time one trial may take before it is stopped.
+    remote_deadline: with `approve="remote"`, seconds the process waits for a person's decision.
+    remote_fallback: what it does then — `raise` (the exception goes on) or `auto` (the verified
+        automatic repair of `approve="auto"`).
     """
 
     mode: str = "interactive"
@@ -56,6 +62,8 @@ class Settings:
     workspace: Path = Path("daifu_workspace")
     max_trials: int = 4
     trial_seconds: float = 5.0
+    remote_deadline: float = 3600.0
+    remote_fallback: str = "raise"
 
 
 _ENV = {
@@ -67,6 +75,8 @@ _ENV = {
     "workspace": "DAIFU_WORKSPACE",
     "max_trials": "DAIFU_MAX_TRIALS",
     "trial_seconds": "DAIFU_TRIAL_SECONDS",
+    "remote_deadline": "DAIFU_REMOTE_DEADLINE",
+    "remote_fallback": "DAIFU_REMOTE_FALLBACK",
 }
 _given: dict[str, Any] = {}
 _policy: list[Callable[..., Any] | None] = [None]
@@ -92,6 +102,17 @@ def _checked(name: str, value: Any, source: str) -> Any:
             raise ConfigError(f"{source} has value {value!r}: not a number of seconds.") from None
         if not (math.isfinite(seconds) and 0 < seconds <= 3600):
             raise ConfigError(f"{source} has value {value!r}: it must be a number of seconds above 0, at most 3600.")
+        return seconds
+    if name == "remote_fallback" and value not in REMOTE_FALLBACKS:
+        raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(REMOTE_FALLBACKS)}.")
+    if name == "remote_deadline":
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source} has value {value!r}: not a number of seconds.") from None
+        if not (math.isfinite(seconds) and 0 < seconds <= MAX_REMOTE_DEADLINE):
+            raise ConfigError(f"{source} has value {value!r}: it must be a number of seconds above 0, "
+                              f"at most {MAX_REMOTE_DEADLINE:.0f} (a week).")
         return seconds
     if name == "workspace":
         return Path(value)

@@ -30,12 +30,14 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from loguru import logger
 
+from repairbot.approvals import Approvals, router as pending_router
 from repairbot.admission import Inadmissible, Problem, admit, check_sources, printable
 from repairbot.backends import NAMES, Answer, Backend, UnknownBackend, make_backend
 from repairbot.bounds import bounded_diagnosis, bounded_suggestions, cut
 from repairbot.cache import AnswerCache
 from repairbot.deadline import Cancelled, Deadline, for_request, server_default
 from repairbot.protocol import fingerprint
+from repairbot.ui import router as ui_router
 from repairbot.limits import BodyLimit
 from repairbot.protocol import (
     BackendsResponse,
@@ -82,6 +84,9 @@ def create_app(
     cache_bytes: int = 16 * 2**20,
     budget_s: float = BUDGET_S,
     workers: int = WORKERS,
+    ui_token: str | None = None,
+    notify_url: str | None = None,
+    public_url: str | None = None,
 ) -> FastAPI:
     """A repair-bot application.
 
@@ -94,6 +99,11 @@ def create_app(
     deadline: the most seconds spent on one crash (`DAIFU_BOT_DEADLINE` or 45 if not given); a
         request's `deadline_s` may ask for less. budget_s: an upper bound on any request's wait.
     workers: threads running analyses at once.
+    ui_token: the token a person logs in to the approval page with, when the service has no `token`
+        (`daifu serve` makes one); with neither, nobody can decide pending repairs here.
+    notify_url, public_url: the webhook told of each repair that starts waiting (`DAIFU_NOTIFY_URL`),
+        and the address people reach this service at, for links (`DAIFU_PUBLIC_URL`); see
+        `repairbot.approvals`.
     Always added: `/healthz` (no token), offline `/docs` and `/redoc`, and 422 answers that name each
     wrong field.
     """
@@ -215,6 +225,13 @@ def create_app(
             notes=result.notes,
         )
 
+    approvals = Approvals(
+        token=expected or ui_token,
+        notify_url=notify_url or os.environ.get("DAIFU_NOTIFY_URL") or None,
+        public_url=public_url or os.environ.get("DAIFU_PUBLIC_URL") or None,
+    )
+    app.include_router(pending_router(approvals, authorized))
+    app.include_router(ui_router(approvals))
     return app
 
 

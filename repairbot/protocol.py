@@ -244,3 +244,126 @@ class ValidationErrorResponse(BaseModel):
 
     detail: list[FieldProblem]
     message: str
+
+
+# -- pending repairs: a crashed process waits for a person's decision (approve="remote") ---------
+
+Choice = Literal["apply", "reject", "edit", "skip", "skip_iteration", "retry"]
+"""What a person can decide: apply suggestion `candidate`, reject (the exception goes on), edit
+(their own surgery or action), skip the statement, skip the iteration, retry the statement."""
+
+
+class JobInfo(BaseModel):
+    """Which process is waiting: the job's name (`DAIFU_JOB_NAME`, else the script), host, pid, rank."""
+
+    name: str = Field(max_length=200)
+    host: str = Field(max_length=200)
+    pid: int
+    rank: int | None = None
+
+
+class PendingCandidate(BaseModel):
+    """One suggestion of the bot as the waiting process sees it.
+
+    code: as the bot wrote it (against the report's redacted source). verdict: its trial's one-line
+    verdict (`daifu.core.trial.Verdict.describe`), `None` when it was not tried; passed: whether
+    that trial passed. problems: why the runtime refuses it (it cannot be applied); needs_person:
+    what in its code is outside the allowlist of code that may run unattended.
+    """
+
+    kind: SuggestionKind
+    code: str = Field(default="", max_length=256 * 1024)
+    explanation: str = Field(default="", max_length=8000)
+    confidence: float = Field(default=0.0, ge=0.0, le=1.0)
+    target: str | None = Field(default=None, max_length=500)
+    verdict: str | None = Field(default=None, max_length=4000)
+    passed: bool | None = None
+    problems: list[str] = Field(default_factory=list, max_length=20)
+    needs_person: list[str] = Field(default_factory=list, max_length=50)
+
+
+class PendingRepairRequest(BaseModel):
+    """A crash waiting for a person: the report (redacted), the bot's answer, and each candidate.
+
+    unavailable: the choices the runtime refuses here, with why (`skip_iteration` outside a loop).
+    deadline_s: how long the process waits; fallback: what it does then (`raise` or `auto`).
+    """
+
+    job: JobInfo
+    report: CrashReport
+    diagnosis: Diagnosis
+    backend_used: str = Field(max_length=100)
+    candidates: list[PendingCandidate] = Field(default_factory=list, max_length=16)
+    unavailable: dict[str, str] = Field(default_factory=dict)
+    deadline_s: float = Field(gt=0.0, allow_inf_nan=False)
+    fallback: Literal["raise", "auto"] = "raise"
+
+
+class PendingCreated(BaseModel):
+    """A pending repair's id (in its page's address), the key its process polls with, and the page."""
+
+    id: str
+    key: str
+    url: str
+
+
+class RepairChoice(BaseModel):
+    """A person's decision on a pending repair.
+
+    candidate: the suggestion to apply (0-based, `apply`). kind and code: the edit (`edit`), a whole
+    new `def` (surgery) or statements run in the faulty frame (action). force: apply the edit even if
+    its trial does not pass. by: who decides (the name given at login, or the API caller's).
+    """
+
+    choice: Choice
+    candidate: int | None = Field(default=None, ge=0)
+    kind: Literal["surgery", "action"] | None = None
+    code: str = Field(default="", max_length=256 * 1024)
+    force: bool = False
+    by: str = Field(default="", max_length=100)
+
+
+class PendingPoll(BaseModel):
+    """What the waiting process learns from one long poll.
+
+    waiting: nothing decided yet. proposed: a person's choice (`proposal` numbers it) for the process
+    to check and accept or refuse. closed: the repair is over (decided, withdrawn or given up).
+    """
+
+    status: Literal["waiting", "proposed", "closed"]
+    proposal: int = 0
+    choice: RepairChoice | None = None
+
+
+class ProposalAnswer(BaseModel):
+    """The process's answer to a proposal: accepted (it is carried out), or refused with the reason.
+
+    note: what the process found (the edit's trial verdict), shown on the page either way.
+    """
+
+    accepted: bool
+    reason: str = Field(default="", max_length=4000)
+    note: str = Field(default="", max_length=4000)
+
+
+class Withdrawal(BaseModel):
+    """The process stops waiting (its deadline passed, Ctrl-C), and says what it does instead."""
+
+    reason: str = Field(max_length=500)
+
+
+class PendingState(BaseModel):
+    """A pending repair's state, as the decision API reports it.
+
+    status: waiting, proposed (a choice is being checked by the process), decided, withdrawn or
+    gone (its process stopped polling). job: the waiting process. outcome: what happened, in a sentence; refusal: why the
+    last proposal was refused, when it was.
+    """
+
+    id: str
+    status: Literal["waiting", "proposed", "decided", "withdrawn", "gone"]
+    job: JobInfo | None = None
+    outcome: str = ""
+    decided_by: str = ""
+    refusal: str = ""
+    url: str = ""

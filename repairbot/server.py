@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import secrets
 import socket
 import threading
 import time
@@ -65,7 +66,13 @@ def serve(
     seconds = deadline if deadline is not None else server_default()
     if not 0 < seconds <= 3600:
         raise ValueError(f"--deadline {seconds:g}: expected a number of seconds between 0 and 3600")
-    uvicorn.run(create_app(chosen, token=token, deadline=seconds), host=host, port=port, log_level="info")
+    ui_token = None if token else secrets.token_urlsafe(16)  # a person must prove something to decide a repair
+    logger.info(
+        "Repairs waiting for a decision (approve='remote'): http://{}:{}/ui — log in with {}",
+        host, port, "the service token (DAIFU_REPAIRBOT_TOKEN)" if token else f"this run's token {ui_token}",
+    )
+    uvicorn.run(create_app(chosen, token=token, deadline=seconds, ui_token=ui_token), host=host, port=port,
+                log_level="info")
 
 
 def is_loopback(host: str) -> bool:

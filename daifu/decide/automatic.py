@@ -12,7 +12,9 @@ The bot proposes; nothing it proposes touches the run before it is checked:
    never applied automatically. Where no trial can run, only decisions that cannot discard trained
    state are applied (`cannot_discard`);
    `approve="ask"`: a person at the terminal chooses, seeing each candidate's trial verdict;
-   `approve="never"`: the suggestions are recorded, and the crash raises.
+   `approve="never"`: the suggestions are recorded, and the crash raises;
+   `approve="remote"`: a person decides on the repair bot service's approval page, seeing each
+   candidate's trial verdict, while the process waits (`daifu.decide.remote`).
 
 Every answer and every trial go to the workspace record; the terminal says what was decided.
 """
@@ -30,7 +32,7 @@ from typing import Protocol
 
 from daifu.config import Settings
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Patch, Retry, Skip, SkipIteration, Surgery, code_of, play_name
+from daifu.core.decisions import Action, Decision, Patch, Raise, Retry, Skip, SkipIteration, Surgery, code_of, play_name
 from daifu.core.trial import Outcome, Verdict
 from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.decide import watch
@@ -94,16 +96,20 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
                  "asking a person" + ("" if _person_present() else " (none at a terminal: the crash raises)"))
         chosen = _ask_person(crash, answer.diagnosis, found, settings)
     elif settings.approve == "auto":
-        chosen = _verified(crash, found, settings)
-        if chosen is not None:
-            watch.start(crash, record.current_number())
+        chosen = _automatic(crash, found, settings)
     elif settings.approve == "ask":
         chosen = _ask_person(crash, answer.diagnosis, found, settings)
+    elif settings.approve == "remote":
+        from daifu.decide import remote  # a person decides in a browser; the process waits
+
+        chosen = remote.decide(crash, report, answer, found, settings, lambda: _automatic(crash, found, settings))
     _record(settings, report, answer, found, crash)
     if chosen is None:
         if settings.approve == "never":
             say(f"{len(found)} suggestion(s) recorded; approve='never' applies none")
         return None
+    if isinstance(chosen.decision, Raise):  # a person rejected the repair
+        return chosen.decision
     if chosen.verdict is not None and crash.entry is not None:
         crash.entry.extra["trial"] = chosen.verdict.describe()
     _remember(crash, chosen.decision)
@@ -168,6 +174,14 @@ def to_decision(suggestion: SuggestionLike) -> Decision:
 # -- approve="auto": verified by trial -----------------------------------------------------------
 
 
+def _automatic(crash: Crash, found: list[Candidate], settings: Settings) -> Candidate | None:
+    """The verified candidate applied without a person, and the watch of the iterations after it."""
+    chosen = _verified(crash, found, settings)
+    if chosen is not None:
+        watch.start(crash, record.current_number())
+    return chosen
+
+
 def _verified(crash: Crash, found: list[Candidate], settings: Settings) -> Candidate | None:
     """The best candidate whose trial passed (or, with no trials here, that cannot discard state)."""
     started = time.monotonic()
@@ -182,7 +196,8 @@ def _verified(crash: Crash, found: list[Candidate], settings: Settings) -> Candi
         if trials >= settings.max_trials or time.monotonic() - started > settings.max_trials * settings.trial_seconds:
             say(f"stopped after {trials} trials; the other suggestions were not tried")
             break
-        verdict = crash.trial(candidate.decision, settings.trial_seconds + waits(candidate.decision))
+        verdict = candidate.verdict or crash.trial(  # tried already when a person was asked first
+            candidate.decision, settings.trial_seconds + waits(candidate.decision))
         trials += 1
         candidate.verdict = verdict
         if verdict.outcome is Outcome.UNAVAILABLE:

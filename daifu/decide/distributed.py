@@ -13,8 +13,9 @@ For its n-th crash with a given fingerprint (function, line, exception type), a 
   decision under `.../decision`;
 - else: waits up to `DAIFU_DIST_GRACE` seconds (default 5) for the leader's announcement. Seen:
   it waits for the leader's decision (at most `DAIFU_DIST_DECISION_TIMEOUT` seconds, default 1800,
-  then raises) and applies it. Not seen: the crash is its own; it decides locally, without a
-  console (no rank but the leader ever prompts), by policy, switches or the repair bot.
+  or the remote deadline and ten minutes more with `approve="remote"`, then raises) and applies
+  it. Not seen: the crash is its own; it decides locally, without a console (no rank but the
+  leader ever prompts), by policy, switches or the repair bot.
 
 Keep the process group's own timeout (`init_process_group(timeout=...)`) above the time a
 decision may take, or the waiting ranks' collectives fail first.
@@ -84,10 +85,19 @@ def coordinate(
         return decision, decided_by
     if not _wait_for(store, f"{key}/deciding", _seconds("DAIFU_DIST_GRACE", 5.0)):
         return decide_here(crash, False)
-    if not _wait_for(store, f"{key}/decision", _seconds("DAIFU_DIST_DECISION_TIMEOUT", 1800.0)):
+    if not _wait_for(store, f"{key}/decision", _seconds("DAIFU_DIST_DECISION_TIMEOUT", _decision_timeout())):
         say(f"rank {leader()} took no decision on {crash.exception_type} at {crash.filename}:{crash.lineno} in time")
         return Raise(), DecidedBy.LEADER
     return decode(store.get(f"{key}/decision")), DecidedBy.LEADER
+
+
+def _decision_timeout() -> float:
+    """How long a rank waits for the leader's decision by default: 1800 s, or, when a person decides
+    in a browser (`approve="remote"`), as long as the leader may wait for them, and ten minutes more."""
+    from daifu import config
+
+    settings = config.settings()
+    return max(1800.0, settings.remote_deadline + 600.0) if settings.approve == "remote" else 1800.0
 
 
 def _wait_for(store: Any, key: str, seconds: float) -> bool:

@@ -217,14 +217,19 @@ class Entry:
         seconds = time.perf_counter() - started
         self._save(seconds * 1000.0)
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
-        say(f"repair {self.number}: {self._where()}: {self._what()} (by {self.decided_by}){trial}; "
+        say(f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}; "
             f"resumed in {seconds * 1000:.1f} ms")
 
     def failed(self, decided_by: str) -> None:
         self.decided_by = self.decided_by or decided_by
         _write("INFO", "Repair Fails")
         self._save(None)
-        say(f"repair {self.number}: {self._where()}: not repaired ({self.decided_by}); the exception goes on")
+        say(f"repair {self.number}: {self._where()}: not repaired ({self._by()}); the exception goes on")
+
+    def _by(self) -> str:
+        """Who decided: the source, or the person who decided through it elsewhere (`decided_by_person`)."""
+        person = self.extra.get("decided_by_person")
+        return f"{person}, through the {self.decided_by}" if person else self.decided_by
 
     def _where(self) -> str:
         crash = self.crash
