@@ -356,8 +356,8 @@ class PendingState(BaseModel):
     """A pending repair's state, as the decision API reports it.
 
     status: waiting, proposed (a choice is being checked by the process), decided, withdrawn or
-    gone (its process stopped polling). job: the waiting process. outcome: what happened, in a sentence; refusal: why the
-    last proposal was refused, when it was.
+    gone (its process stopped polling). job: the waiting process. outcome: what happened, in a
+    sentence; refusal: why the last proposal was refused, when it was.
     """
 
     id: str

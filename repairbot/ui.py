@@ -170,10 +170,14 @@ def router(approvals: Approvals) -> APIRouter:
 
 async def _form(request: Request) -> dict[str, str]:
     """The fields of an `application/x-www-form-urlencoded` body (the only kind the page sends);
-    the body's size is bounded by the service's `BodyLimit`. Browsers send a text area's line ends
-    as CRLF: they become LF."""
+    the body's size is bounded by the service's `BodyLimit`, and a body with more fields than any form
+    here has is read as empty (so it fails the CSRF check). Browsers send a text area's line ends as
+    CRLF: they become LF."""
     body = (await request.body()).decode("utf-8", "replace")
-    fields = parse_qs(body, keep_blank_values=True, max_num_fields=20)
+    try:
+        fields = parse_qs(body, keep_blank_values=True, max_num_fields=20)
+    except ValueError:
+        return {}
     return {name: values[-1].replace("\r\n", "\n") for name, values in fields.items()}
 
 

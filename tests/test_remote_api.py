@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from types import FunctionType
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -24,7 +25,7 @@ from daifu import config
 from daifu.core import trial
 from daifu.decide import distributed
 from repairbot.pending import PendingStore, Status
-from repairbot.protocol import Diagnosis, PendingCandidate, PendingRepairRequest, ProposalAnswer, RepairChoice
+from repairbot.protocol import JobInfo, PendingCandidate, PendingRepairRequest, ProposalAnswer, RepairChoice
 from repairbot.rules import analyse
 from repairbot.server import start_in_thread
 from tests.botfixtures import report_of
@@ -52,7 +53,7 @@ def pending_body(message: str | None = None, **changes: Any) -> dict[str, Any]:
         report.exception.message = message
     diagnosis, _ = analyse(report)
     body = PendingRepairRequest(
-        job={"name": "unit", "host": "here", "pid": 4242, "rank": 1},
+        job=JobInfo(name="unit", host="here", pid=4242, rank=1),
         report=report,
         diagnosis=diagnosis,
         backend_used="rules",
@@ -208,7 +209,8 @@ def test_a_refused_decision_reopens_the_repair_with_the_reason_shown(url: str) -
         assert "refused carol's decision" in page and "&lt;from (xs) to ()&gt;" in page
         assert "def halves(): pass" in page  # the refused edit stays in the box, to be corrected
         assert client.get(f"/v1/pending/{process.id}").json()["refusal"] == reason
-        again = client.post(f"/v1/pending/{process.id}/decide", params={"wait": 0}, json={"choice": "skip", "by": "dan"})
+        again = client.post(f"/v1/pending/{process.id}/decide", params={"wait": 0},
+                            json={"choice": "skip", "by": "dan"})
         assert again.json()["status"] == "proposed"  # refused decisions were never taken: another may come
 
 
@@ -335,7 +337,7 @@ def test_a_waiting_repair_is_announced_to_the_webhook_with_its_link() -> None:
     assert "in halves and waits for a decision" in text and "secret detail" not in text  # no message, no code
 
 
-def test_an_unreachable_webhook_costs_nothing(url: str) -> None:
+def test_an_unreachable_webhook_costs_nothing() -> None:
     with service(notify_url="http://127.0.0.1:9/nothing") as other:
         process = FakeProcess(other)
         assert process.poll(0)["status"] == "waiting"
@@ -404,10 +406,9 @@ def test_a_decision_through_the_api_repairs_the_waiting_run(url: str, tmp_path: 
         assert state.json()["status"] == "decided" and state.json()["decided_by"] == "ops"
         assert running.finish() == 0
     assert running.result() == fixed_result()
-    assert "ops decided in the browser after" in running.stderr
-    assert "(by ops in the browser, through the bot)" in running.stderr
+    assert "ops decided remotely after" in running.stderr and "(by ops, remotely)" in running.stderr
     record = [json.loads(line) for line in (tmp_path / "daifu_workspace" / "repairs.jsonl").read_text().splitlines()]
-    assert [(r["decision"], r["decided_by_person"]) for r in record] == [("Surgery", "ops in the browser")]
+    assert [(r["decision"], r["decided_by"], r["decided_by_person"]) for r in record] == [("Surgery", "bot", "ops")]
 
 
 def total(items):
@@ -499,6 +500,6 @@ def test_a_forced_edit_runs_despite_its_trial_and_the_crash_comes_back_to_a_pers
 def test_without_a_service_the_process_falls_back_at_once(capsys: pytest.CaptureFixture[str]) -> None:
     daifu.configure(mode="automatic", approve="remote", remote_fallback="raise")
     with pytest.raises(TypeError, match="slice indices"):
-        daifu.transform(fresh(halves))([1, 2, 3, 4])
+        daifu.transform(fresh(cast(FunctionType, halves)))([1, 2, 3, 4])
     err = capsys.readouterr().err
     assert "approve='remote' needs a repair bot service to wait on" in err and "the exception goes on" in err

@@ -50,18 +50,25 @@ def test_a_person_sees_the_crash_and_its_diff_clicks_apply_and_the_run_finishes_
         repair = running.pending()
         page = login(context, url, "alice")
         row = page.locator("#waiting tr", has_text=str(running.process.pid))
-        assert "nightly-train" in row.inner_text() and f"RuntimeError at remote_training.py:{FAULTY_LINE} in train" in row.inner_text()
+        listed = row.inner_text()
+        assert "nightly-train" in listed and f"RuntimeError at remote_training.py:{FAULTY_LINE} in train" in listed
         row.locator("a.open").click()
         page.wait_for_url(f"{url}/ui/repairs/{repair}")
         assert page.inner_text("#context tr.faulty").strip().startswith(str(FAULTY_LINE))
         assert ".values.numpy().mean()" in page.inner_text("#context tr.faulty")
         assert "Can't call numpy() on Tensor that requires grad" in page.inner_text("p.exception")
-        assert "step" in page.inner_text("#locals") and "Sequential" in page.inner_text("#locals")
+        page.click("details.vars summary")  # the live values, folded at first
+        def value(name: str) -> str:
+            row = page.locator("#locals tr").filter(has=page.locator(f"code:text-is('{name}')"))
+            return str(row.locator("pre").inner_text())
+
+        assert value("step") == "5" and value("model").startswith("Sequential (195 parameters)")
         assert "api_misuse" in page.inner_text("#diagnosis")
         suggestion = page.locator("#candidate-1")
         assert ".values.numpy().mean()" in suggestion.locator("pre.diff span.del").inner_text()
         assert ".values.detach().numpy().mean()" in suggestion.locator("pre.diff span.add").inner_text()
-        assert suggestion.locator("span.add").evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(230, 255, 236)"
+        colour = suggestion.locator("span.add").evaluate("e => getComputedStyle(e).backgroundColor")
+        assert colour == "rgb(230, 255, 236)"  # green, as the stylesheet says
         verdict = suggestion.locator(".verdict")
         assert verdict.inner_text().startswith("trial: iteration finished in") and "state kept" in verdict.inner_text()
         assert "pass" in (verdict.get_attribute("class") or "")
@@ -71,8 +78,8 @@ def test_a_person_sees_the_crash_and_its_diff_clicks_apply_and_the_run_finishes_
         assert "apply suggestion 1 (surgery)" in page.inner_text("#status") and "alice" in page.inner_text("#status")
         assert running.finish() == 0
     assert running.result() == fixed_result()
-    assert "alice decided in the browser after" in running.stderr
-    assert [(r["decision"], r["decided_by_person"]) for r in repairs(tmp_path)] == [("Surgery", "alice in the browser")]
+    assert "alice decided remotely after" in running.stderr
+    assert [(r["decision"], r["decided_by_person"]) for r in repairs(tmp_path)] == [("Surgery", "alice")]
     page.goto(f"{url}/ui")
     history = page.locator("#history tr", has_text="nightly-train").inner_text()
     assert "decided: apply suggestion 1 (surgery)" in history and "alice" in history
@@ -88,8 +95,8 @@ def test_reject_lets_the_original_exception_go_on(url: str, context: Any, tmp_pa
     assert running.stderr.rstrip().endswith(
         "RuntimeError: Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
     assert f'remote_training.py", line {FAULTY_LINE}, in train' in running.stderr  # the original traceback
-    assert "bob decided in the browser after" in running.stderr and "reject" in running.stderr
-    assert "not repaired (bob in the browser, through the bot)" in running.stderr
+    assert "bob decided remotely after" in running.stderr and "reject" in running.stderr
+    assert "not repaired (bob, remotely)" in running.stderr
     assert "reject: the exception goes on" in page.inner_text("#status")
 
 
@@ -114,8 +121,8 @@ def test_a_bad_edit_is_refused_with_the_reason_and_nothing_is_applied(url: str, 
                                    "logits.detach().softmax(dim=1).max(dim=1).values"))
         page.click("form.edit button.edit")
         page.wait_for_selector("#status.decided")
-        assert "apply an edited surgery" in page.inner_text("#status") and "trial: iteration finished" in page.inner_text(
-            "#status")
+        status = page.inner_text("#status")
+        assert "apply an edited surgery" in status and "trial: iteration finished" in status
         assert running.finish() == 0
     assert running.result() == fixed_result()
     (applied,) = repairs(tmp_path)

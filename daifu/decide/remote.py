@@ -87,7 +87,11 @@ def decide(crash: Crash, report: CrashReport, answer: BotAnswer, found: list[Can
     for candidate in [c for c in found if c.usable][: settings.max_trials]:
         if candidate.verdict is None:
             candidate.verdict = crash.trial(candidate.decision, settings.trial_seconds + waits(candidate.decision))
-    body = pending_request(crash, report, answer, found, settings)
+    try:
+        body = pending_request(crash, report, answer, found, settings)
+    except ValidationError as error:  # a bound of the protocol passed: say so, never lose the crash to it
+        return _fall_back(settings, auto, f"the crash could not be described to the service ({error.error_count()} "
+                                          "fields out of bounds)")
     with httpx.Client(base_url=settings.bot_url.rstrip("/"), headers=_headers(), timeout=REQUEST_S) as client:
         return _Wait(client, crash, found, settings, body).run(auto)
 
@@ -126,7 +130,7 @@ def _candidate(candidate: Candidate) -> PendingCandidate:
     return PendingCandidate(
         kind=candidate.suggestion.kind,
         code=candidate.suggestion.code,  # as the bot wrote it, against the redacted source the page shows
-        explanation=candidate.explanation,
+        explanation=candidate.explanation[:8000],
         confidence=candidate.confidence,
         target=candidate.suggestion.target,
         verdict=redact(verdict.describe())[:4000] if verdict is not None else None,
@@ -286,7 +290,7 @@ class _Wait:
         chosen, refusal = self.judge(choice)
         note = chosen.verdict.describe() if chosen is not None and chosen.verdict is not None else ""
         if chosen is None:
-            say(f"{who} chose in the browser to {what}: refused, nothing applied: {refusal}; still waiting")
+            say(f"{who} chose remotely to {what}: refused, nothing applied: {refusal}; still waiting")
             try:
                 self.answer(proposal, ProposalAnswer(accepted=False, reason=redact(refusal)[:4000],
                                                      note=redact(note)[:4000]))
@@ -301,9 +305,9 @@ class _Wait:
         except RemoteFailed as error:
             say(f"could not confirm {who}'s decision to the service ({error}); carrying it out")
         waited = _duration(time.monotonic() - self.started)
-        say(f"{who} decided in the browser after {waited}: {what}" + (f" ({note})" if note else ""))
+        say(f"{who} decided remotely after {waited}: {what}" + (f" ({note})" if note else ""))
         if self.crash.entry is not None:
-            self.crash.entry.extra["decided_by_person"] = f"{who} in the browser"
+            self.crash.entry.extra["decided_by_person"] = who
         return chosen
 
     def judge(self, choice: RepairChoice) -> tuple[Candidate | None, str]:
@@ -341,7 +345,7 @@ class _Wait:
         if verdict.outcome is not Outcome.UNAVAILABLE and not verdict.passed and not choice.force:
             return None, (f"its trial did not pass ({verdict.describe()}); tick 'apply even if its trial fails' "
                           "to apply it anyway")
-        suggestion = Suggestion(kind=kind, code=choice.code, explanation=f"edited in the browser by {choice.by}",
+        suggestion = Suggestion(kind=kind, code=choice.code, explanation=f"written by {choice.by or 'a person'}",
                                 confidence=1.0)
         return Candidate(suggestion, decision, verdict=verdict), ""
 

@@ -229,7 +229,7 @@ class Entry:
     def _by(self) -> str:
         """Who decided: the source, or the person who decided through it elsewhere (`decided_by_person`)."""
         person = self.extra.get("decided_by_person")
-        return f"{person}, through the {self.decided_by}" if person else self.decided_by
+        return f"{person}, remotely" if person else self.decided_by
 
     def _where(self) -> str:
         crash = self.crash
