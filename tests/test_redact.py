@@ -106,15 +106,6 @@ def test_secret_keys_and_environment_copies() -> None:
     assert not looks_like_environment({"A": 1, "B": 2, "C": 3})  # values are not strings
 
 
-def test_the_working_directory_variables_are_not_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PWD", "/home/me/project")
-    monkeypatch.setenv("OLDPWD", "/home/me/elsewhere")
-    monkeypatch.setenv("DB_PWD", "CANARYdbpwd")
-    assert redact("/home/me/project/train.py, line 3; was in /home/me/elsewhere") == (
-        "/home/me/project/train.py, line 3; was in /home/me/elsewhere")
-    assert redact("connect with CANARYdbpwd") == "connect with <redacted:environment>"
-
-
 def test_summaries_redact_dict_entries_by_key_and_environment_copies(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVICE_PASSWORD", "CANARYenvironment")
     settings = {"api_key": "plain", "lr": 0.1, "headers": {"Authorization": "CANARYnested"}}

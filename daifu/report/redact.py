@@ -220,19 +220,12 @@ def _entropy(word: str) -> float:
     return -sum(n / len(word) * math.log2(n / len(word)) for n in counts.values())
 
 
-_DIRECTORY_VARIABLES = ("PWD", "OLDPWD")
-"""The shell's working directories: `pwd` in their names is not a password, and taking them for
-secrets would redact the project's folder from every path in every report."""
-
-
 def secret_environment() -> set[str]:
     """The values (6+ characters) of the environment variables whose names look secret."""
     return {
         value
         for name, value in os.environ.items()
-        if len(value) >= 6
-        and name.upper() not in _DIRECTORY_VARIABLES
-        and (is_secret_key(name) or name.upper().endswith(("_KEY", "_TOKEN")))
+        if len(value) >= 6 and (is_secret_key(name) or name.upper().endswith(("_KEY", "_TOKEN")))
     }
 
 
