@@ -1,4 +1,8 @@
-"""Driving a program through a real pseudo-terminal, as a person at the `(DaiFu)` prompt would."""
+"""Driving a program through a real pseudo-terminal, as a person at the `(DaiFu)` prompt would.
+
+pexpect is imported when a terminal is spawned: `child_env` serves tests that run a program with
+no terminal at all, which need no pexpect.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pexpect
+if TYPE_CHECKING:
+    import pexpect
 
 PROGRAMS = Path(__file__).parent / "programs"
 PROMPT = "(DaiFu) "
@@ -52,6 +58,8 @@ class Terminal:
         return self.finish()
 
     def finish(self) -> str:
+        import pexpect
+
         self.child.expect(pexpect.EOF)
         self.child.close()
         return _clean(self.child.before)
@@ -71,6 +79,8 @@ def spawn(
     tmp_path: Path, args: Sequence[str], colour: bool = False, command: str = sys.executable, **extra: str
 ) -> Terminal:
     """Start `command args` under a pseudo-terminal in `tmp_path`."""
+    import pexpect
+
     child = pexpect.spawn(
         command,
         list(args),

@@ -1,5 +1,6 @@
 """The approval prompt for repair-bot suggestions, answered through a scripted `input`."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,6 +8,9 @@ from typing import Any
 from collections.abc import Callable
 
 import pytest
+
+for _package in ("pydantic", "httpx"):
+    pytest.importorskip(_package)
 
 import daifu
 from daifu.console.approval import approval_prompt

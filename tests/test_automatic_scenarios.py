@@ -17,6 +17,7 @@ The buggy loops are plain functions vaccinated afresh by each test (`daifu.trans
 surgery in one test never leaks into another; each has a hand-fixed twin for the comparison.
 """
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import inspect
@@ -28,9 +29,15 @@ from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
+from tests.extras import BOT
+
+for _package in (*BOT, "numpy"):
+    pytest.importorskip(_package)
+
 import httpx
 import numpy as np
-import pytest
 
 import daifu
 from daifu.state import RUN

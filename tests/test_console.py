@@ -1,11 +1,14 @@
 """The `(DaiFu)` console, typed at through a real pseudo-terminal; one behaviour per test."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pexpect")
 
 from daifu.console.session import COMMANDS
 from tests.terminal import Terminal, line_of, program, spawn

@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in ("torch", *BOT):
+    pytest.importorskip(_package)
+
 pytestmark = pytest.mark.torch
 
 

@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in ("torch", *BOT):
+    pytest.importorskip(_package)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

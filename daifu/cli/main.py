@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 
+import daifu
 from daifu import config
 from daifu.cli import launch
 from daifu.store import repairs
@@ -30,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="daifu", description="In-situ crash recovery for deep-learning programs.")
+    parser.add_argument("--version", action="version", version=f"daifu {daifu.__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for name, text in (
         ("run", "run a script with its entry functions vaccinated (the script is not edited)"),
