@@ -4,7 +4,10 @@ The log has, in order, `Program Begin`, per crash `Repair N Begin`, `Repairing..
 each play taken, `Repair N End` (or `Repair Fails`), and `Program End`, each line stamped to the
 millisecond as loguru's default format does (`2026-11-30 12:00:00.123 | INFO     | ...`), so the
 prototype's scripts read it and restore times are measurable from it. Lines are plain appends:
-the record needs no logging library. Each repair also becomes one object of `repairs.jsonl`
+the record needs no logging library. `Program End` is written by `log_program_end` when the
+program calls it (the prototype's API), else when the interpreter exits: `Program End` after a
+normal end, `Program End with Exception <type>: <message>` (level ERROR) when an uncaught
+exception ended the program. Each repair also becomes one object of `repairs.jsonl`
 (`daifu.store.repairs`).
 """
 
@@ -14,6 +17,7 @@ import atexit
 import multiprocessing
 import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -55,15 +59,31 @@ def _file() -> LineFile:
             current.close()
         fresh = multiprocessing.parent_process() is None
         _record["file"] = LineFile(path, "w" if fresh else "a")
+        _record["ended"] = False
     _line("INFO", "Program Begin")
     return _record["file"]  # type: ignore[no-any-return]
 
 
 @atexit.register
 def _close() -> None:
+    """At exit: end the main process's record with `Program End` if the program did not, then close it."""
     current = _record.get("file")
-    if current is not None:
-        current.close()
+    if current is None:
+        return
+    if not _record.get("ended") and multiprocessing.parent_process() is None:
+        error = getattr(sys, "last_value", None)  # set by the interpreter when an uncaught exception ends it
+        if error is None:
+            _line("INFO", "Program End")
+        else:
+            _line("ERROR", f"Program End with Exception {type(error).__name__}: {_one_line(error)}")
+    current.close()
+
+
+def _one_line(error: BaseException) -> str:
+    try:
+        return " ".join(str(error).split())[:300]
+    except Exception:  # an exception whose __str__ fails still ends the record
+        return "<message unavailable>"
 
 
 def _line(level: str, message: str) -> None:
@@ -92,6 +112,7 @@ def log_program_end(value: Any = "", folder: str | os.PathLike[str] | None = Non
     repeat-experiment scripts collect.
     """
     _write("INFO", f"Program End with Quality Measure {value}" if value != "" else "Program End")
+    _record["ended"] = True
     if milestone or config.TRANSFORM_REGISTRY.get("REPEAT_ACTIONS"):
         target = Path(folder) if folder is not None else Path.cwd()
         try:
