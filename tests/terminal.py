@@ -22,13 +22,12 @@ TIMEOUT = 30  # seconds: a hung child fails the test instead of hanging CI
 
 
 def child_env(tmp_path: Path, colour: bool = False, **extra: str) -> dict[str, str]:
-    """The environment of a child: workspace and record in `tmp_path`, no colour unless asked."""
+    """The environment of a child: workspace and record in `tmp_path`, a terminal without colours unless asked."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("DAIFU_") and k not in ("NO_COLOR", "VISUAL", "EDITOR")
     }
-    env.update(DAIFU_WORKSPACE=str(tmp_path / "ws"), DAIFU_RECORD=str(tmp_path / "experiment_record.log"), TERM="dumb")
-    if not colour:
-        env["NO_COLOR"] = "1"
+    env.update(DAIFU_WORKSPACE=str(tmp_path / "ws"), DAIFU_RECORD=str(tmp_path / "experiment_record.log"))
+    env["TERM"] = "xterm-256color" if colour else "dumb"
     env.update(extra)
     return env
 
