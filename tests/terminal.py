@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Sequence
@@ -42,6 +43,25 @@ class Terminal:
     def wait_prompt(self) -> str:
         self.child.expect_exact(PROMPT)
         return _clean(self.child.before)
+
+    def wait_reading(self) -> None:
+        """Wait until the child sleeps in its read of the terminal, not just until its prompt is drawn.
+
+        readline draws the prompt before it waits for input; a Ctrl-C sent in between sets Python's
+        pending-signal flag, and the wait that follows does not see it until the next key. A
+        person never types that fast; a test must not either. Linux only (`/proc`); elsewhere a pause.
+        """
+        stat = Path(f"/proc/{self.child.pid}/stat")
+        if not stat.exists():
+            time.sleep(1.0)
+            return
+        deadline, asleep = time.monotonic() + TIMEOUT, 0
+        while asleep < 3:  # sleeping at three looks in a row, 20 ms apart: waiting for input
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the child {self.child.pid} never waited for input")
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+            asleep = asleep + 1 if state == "S" else 0
+            time.sleep(0.02)
 
     def command(self, line: str) -> str:
         self.child.sendline(line)

@@ -181,6 +181,7 @@ def test_stepping_is_refused_and_the_session_goes_on(tmp_path: Path) -> None:
 
 def test_ctrl_c_at_the_prompt_keeps_the_session(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
+    terminal.wait_reading()
     terminal.child.sendintr()
     terminal.child.expect_exact("--KeyboardInterrupt--")
     terminal.wait_prompt()
