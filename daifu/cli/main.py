@@ -20,6 +20,7 @@ from daifu.cli import launch
 from daifu.store import repairs
 
 USAGE_ERROR = 2
+RECORD_HELP = "a repairs.jsonl file or a workspace folder (default: the workspace, every rank)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,12 +50,21 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
         command.set_defaults(handler=_run, replay=name == "replay")
     show = commands.add_parser("show", help="list the repairs of the record", description="List the recorded repairs.")
-    show.add_argument("--record", type=Path, help="a repairs.jsonl file or a workspace folder (default: the workspace, every rank)")
+    show.add_argument("--record", type=Path, help=RECORD_HELP)
+    show.add_argument(
+        "--plot",
+        type=Path,
+        nargs="?",
+        const=Path("daifu_run.png"),
+        metavar="FILE",
+        help="also draw the last run's loss curve (daifu.log_metric) with its repairs, beside what restarts would "
+        "have cost, to FILE (default: daifu_run.png); needs matplotlib",
+    )
     show.set_defaults(handler=_show)
     report = commands.add_parser(
         "report", help="show one recorded repair in full", description="Show one recorded repair."
     )
-    report.add_argument("--record", type=Path, help="a repairs.jsonl file or a workspace folder (default: the workspace, every rank)")
+    report.add_argument("--record", type=Path, help=RECORD_HELP)
     report.add_argument("number", type=int, nargs="?", help="its number in `daifu show` (default: the last)")
     report.set_defaults(handler=_report)
     serve = commands.add_parser("serve", help="serve the repair bot over HTTP", description="Serve the repair bot.")
@@ -68,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(handler=_serve)
     demo = commands.add_parser("demo", help="a short crash-and-repair demonstration", description="Run the demo.")
+    demo.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="run in DIR and keep what the run wrote there (default: a temporary folder, removed at the end)",
+    )
     demo.set_defaults(handler=_demo)
     return parser
 
@@ -97,9 +113,14 @@ def _show(args: argparse.Namespace) -> int:
     entries = _load(args.record)
     if entries is None:
         return USAGE_ERROR
+    _table(entries)
+    return _plot(entries, _folder(args.record), args.plot) if args.plot is not None else 0
+
+
+def _table(entries: list[dict[str, Any]]) -> None:
     if not entries:
         print("No repairs recorded.")
-        return 0
+        return
     ranked = any(entry.get("rank") is not None for entry in entries)
     header = ("#", "time", "function", "where", "exception", "decision", "by", "restore")
     rows = [header + (("rank",) if ranked else ())]
@@ -120,6 +141,22 @@ def _show(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _plot(entries: list[dict[str, Any]], workspace: Path, path: Path) -> int:
+    from daifu.cli import plot
+
+    try:
+        written = plot.draw(workspace, entries, path)
+    except ImportError as missing:
+        return _missing("daifu show --plot (matplotlib: pip install 'daifu[plot]')", missing)
+    except plot.NothingToPlot as nothing:
+        print(f"daifu show --plot: {nothing}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as error:
+        print(f"daifu show --plot: cannot read the metrics or write {path}: {error}", file=sys.stderr)
+        return 1
+    print(f"Figure written to {written.absolute()}")
     return 0
 
 
@@ -186,7 +223,7 @@ def _demo(args: argparse.Namespace) -> int:
         from daifu.cli.demo import main as demo
     except ImportError as missing:
         return _missing("the demo", missing)
-    demo()
+    demo(keep=args.keep)
     return 0
 
 
