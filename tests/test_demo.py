@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -18,6 +19,8 @@ for _package in ("torch", *BOT):
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def demo(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`daifu demo args` started in `folder`, with its own temporary directory, as a user's shell would."""
@@ -28,6 +31,19 @@ def demo(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "daifu", "demo", *args], capture_output=True, text=True, cwd=folder, env=env, timeout=300
     )
+
+
+def readme_transcript() -> str:
+    """The demo's own lines in the README's captured transcript (DaiFu's stderr lines left out)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("What the demo prints", 1)[1].split("```text\n", 1)[1].split("\n```", 1)[0]
+    return "\n".join(line for line in block.splitlines() if not line.startswith("DaiFu: "))
+
+
+def shape(text: str) -> list[str]:
+    """The lines with their numbers, paths and times blanked: what must not change between runs."""
+    blanked = [re.sub(r"/\S*daifu-demo-\S+", "DIR", re.sub(r"\d+(\.\d+)?", "#", line)) for line in text.splitlines()]
+    return [line for line in blanked if line.strip()]
 
 
 def test_demo_trains_through_three_crashes_and_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -47,6 +63,7 @@ def test_demo_trains_through_three_crashes_and_leaves_nothing_behind(tmp_path: P
     assert "  2. FloatingPointError at demo.py:" in out and "  3. RuntimeError at demo.py:" in out
     assert "removed now; `daifu demo --keep DIR` keeps them." in out
     assert "Traceback" not in done.stderr
+    assert shape(out) == shape(readme_transcript())  # the README's transcript is this output, regenerated
     assert list(home.iterdir()) == []  # no experiment_record.log, no workspace in the current directory
     assert [p.name for p in (tmp_path / "home-tmp").glob("daifu-demo-*")] == []
 

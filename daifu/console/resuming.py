@@ -8,7 +8,7 @@ runtime maps it (`daifu.core.surgery.resume_path`), so the line shown is the lin
 
 from __future__ import annotations
 
-from daifu.core.blocks import HEADER_KINDS, locate, node_at, path_of
+from daifu.core.blocks import COMPOUND, locate, node_at, path_of
 from daifu.core.crash import Crash
 from daifu.core.decisions import Action, Decision, Retry, Skip, SkipIteration, Surgery
 from daifu.core.surgery import SurgeryRefused, resume_path
@@ -52,13 +52,13 @@ def _in_new_source(crash: Crash, source: str) -> str:
         found = locate(old.fdef.body, crash.lineno, None)
         if found is None:
             return fallback
-        faulty, header = found
+        faulty, _header = found
         path, _same, _finals = resume_path(old, new, path_of(faulty))
         try:
             node = node_at(new.fdef, path)
         except IndexError:  # the block ends there: the run goes on after it
             return f"the new {crash.function_name} goes on after the block of line {crash.lineno}"
-        text = new.statement_text(node, header_only=header and type(node) in HEADER_KINDS)
+        text = new.statement_text(node, header_only=isinstance(node, COMPOUND))  # a block runs from its header
     except (SyntaxError, ValueError, SurgeryRefused):  # the runtime refuses it and says why
         return fallback
     return f"the new {crash.function_name} resumes at {crash.filename}:{node.lineno}: {_one_line(text)}"
