@@ -441,9 +441,15 @@ def test_memory_held_by_another_process_is_waited_for_then_retried(automatic, tm
     x, y = make_data()
     model, optimizer = make_model()
     device = SharedDevice(busy_for=1)  # busy for one call, however long the wait: the wait is noted, not spent
-    asked, real_sleep = [], time.sleep
+    asked: list[float] = []
+    real_sleep = time.sleep
+
+    def noted(seconds: float) -> None:
+        asked.append(seconds)
+        real_sleep(min(seconds, 0.05))
+
     with monkeypatch.context() as patched:
-        patched.setattr(time, "sleep", lambda seconds: asked.append(seconds) or real_sleep(min(seconds, 0.05)))
+        patched.setattr(time, "sleep", noted)
         steps = daifu.transform(fresh(train_on_shared_device))(model, optimizer, x, y, 3, device)
 
     repair = assert_repaired_once(
