@@ -149,7 +149,7 @@ def _plot(entries: list[dict[str, Any]], workspace: Path, path: Path) -> int:
     try:
         written = plot.draw(workspace, entries, path)
     except ImportError as missing:
-        return _missing("daifu show --plot (matplotlib: pip install 'daifu[plot]')", missing)
+        return _missing("daifu show --plot", missing, "plot")
     except plot.NothingToPlot as nothing:
         print(f"daifu show --plot: {nothing}", file=sys.stderr)
         return 1
@@ -174,7 +174,11 @@ def _report(args: argparse.Namespace) -> int:
     if entry.get("code"):
         print("             code:")
         print("\n".join(f"    {line}" for line in str(entry["code"]).rstrip("\n").splitlines()))
-    sent = _sent_report(entry, _folder(args.record))
+    try:  # the crash report the bot got is read with the repair bot's wire models
+        sent = _sent_report(entry, _folder(args.record))
+    except ImportError as missing:
+        print(f"\n(The crash report sent to the repair bot is not shown: {missing}; pip install 'daifu[bot]'.)")
+        return 0
     if sent is not None:
         print("\nThe crash report sent to the repair bot:\n")
         print(sent)
@@ -212,7 +216,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         serve(host=args.host, port=args.port, backend=args.backend, deadline=args.deadline)
     except ImportError as missing:
-        return _missing("the repair bot server", missing)
+        return _missing("the repair bot server", missing, "bot")
     except ValueError as error:  # a backend that cannot work as configured, a malformed deadline
         return _usage_error(f"daifu serve: {error}")
     return 0
@@ -222,7 +226,7 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         from daifu.cli.demo import main as demo
     except ImportError as missing:
-        return _missing("the demo", missing)
+        return _missing("the demo", missing, "bot", "with PyTorch")
     demo(keep=args.keep)
     return 0
 
@@ -254,6 +258,10 @@ def _usage_error(message: str) -> int:
     return USAGE_ERROR
 
 
-def _missing(what: str, error: ImportError) -> int:
-    print(f"daifu: {what} is not available in this installation: {error}", file=sys.stderr)
+def _missing(what: str, error: ImportError, extra: str, beside: str = "") -> int:
+    print(
+        f"daifu: {what} is not available in this installation: {error}. "
+        f"Install it with: pip install 'daifu[{extra}]'{' ' + beside if beside else ''}",
+        file=sys.stderr,
+    )
     return 1
