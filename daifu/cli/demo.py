@@ -81,10 +81,10 @@ def epoch_done(epoch: int, batches: int, log: list[tuple[int, int, float]]) -> N
     left_out = batches - len(losses)
     trained = f"{len(losses)} of {batches} batches ({left_out} left out)" if left_out else f"{batches} batches"
     span = f"loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "no step taken"
-    say(f"epoch {epoch}: {trained}, {span}")
+    tell(f"epoch {epoch}: {trained}, {span}")
 
 
-def say(line: str = "") -> None:
+def tell(line: str = "") -> None:
     print(line, flush=True)  # flushed: DaiFu's own lines go to stderr, and the two must interleave in order
 
 
@@ -119,9 +119,9 @@ def _run(folder: Path, epochs: int, kept: bool) -> dict[str, Any]:
     url, stop = start_in_thread(backend="rules")
     before = RUN.recorded
     daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=workspace)
-    say(f"DaiFu demo: a small classifier trains for {epochs} epochs of {BATCHES} batches and crashes three times.")
-    say(f'DaiFu runs in automatic mode (approve="auto"); its repair bot (rules backend) listens at {url}.')
-    say("DaiFu says what it does on stderr, as it happens (lines starting with `DaiFu:`).\n")
+    tell(f"DaiFu demo: a small classifier trains for {epochs} epochs of {BATCHES} batches and crashes three times.")
+    tell(f'DaiFu runs in automatic mode (approve="auto"); its repair bot (rules backend) listens at {url}.')
+    tell("DaiFu says what it does on stderr, as it happens (lines starting with `DaiFu:`).\n")
     vaccinated = train if hasattr(train, "__daifu__") else daifu.transform(train)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 3))
@@ -146,11 +146,11 @@ def _summary(steps: int, planned: int, log: list[tuple[int, int, float]], elapse
              repairs: list[dict[str, Any]], saved: list[str]) -> None:  # fmt: skip
     left_out = planned - steps
     why = f": {left_out} batch{'es' * (left_out > 1)} left out by a repair" if left_out else ""
-    say(f"\nFinished {steps} of {planned} steps{why}, in {elapsed:.1f} s; loss {log[0][2]:.3f} -> {log[-1][2]:.3f}.")
+    tell(f"\nFinished {steps} of {planned} steps{why}, in {elapsed:.1f} s; loss {log[0][2]:.3f} -> {log[-1][2]:.3f}.")
     restores = ", ".join(f"{r['duration_ms']:.0f} ms" for r in repairs if r.get("duration_ms") is not None)
-    say(f"{len(repairs)} crashes repaired in place, no restart (restore times {restores}); checkpoints: {saved}.")
+    tell(f"{len(repairs)} crashes repaired in place, no restart (restore times {restores}); checkpoints: {saved}.")
     for number, repair in enumerate(repairs, 1):
-        say(
+        tell(
             f"  {number}. {repair['exception_type']} at {Path(repair['file']).name}:{repair['line']} "
             f"-> {repair['decision']} from the {repair['decided_by']}"
         )
@@ -158,9 +158,9 @@ def _summary(steps: int, planned: int, log: list[tuple[int, int, float]], elapse
 
 def _where(folder: Path, record: Path, workspace: Path, kept: bool) -> None:
     if not kept:
-        say(f"\nThe record and workspace were in {folder}, removed now; `daifu demo --keep DIR` keeps them.")
+        tell(f"\nThe record and workspace were in {folder}, removed now; `daifu demo --keep DIR` keeps them.")
         return
-    say(f"\nThe record: {record}")
-    say(f"The workspace: {workspace} (repairs.jsonl, the bot's answers, metrics.jsonl)")
-    say(f"See the repairs: daifu show --record {workspace}")
-    say(f"Draw the run:    daifu show --record {workspace} --plot {folder / 'run.png'}")
+    tell(f"\nThe record: {record}")
+    tell(f"The workspace: {workspace} (repairs.jsonl, the bot's answers, metrics.jsonl)")
+    tell(f"See the repairs: daifu show --record {workspace}")
+    tell(f"Draw the run:    daifu show --record {workspace} --plot {folder / 'run.png'}")

@@ -71,7 +71,9 @@ def _close() -> None:
     if current is None:
         return
     if not _record.get("ended") and multiprocessing.parent_process() is None:
-        error = getattr(sys, "last_value", None)  # set by the interpreter when an uncaught exception ends it
+        # Set by the interpreter when an uncaught exception ends the program (an IPython kernel sets it
+        # for the last error a cell showed, so a notebook's record ends with that one).
+        error = getattr(sys, "last_value", None)
         if error is None:
             _line("INFO", "Program End")
         else:
