@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pydantic")  # the repair bot's wire models, which the prompts are rendered from
+pytest.importorskip("setuptools")  # the build backend, used as installed (no download)
 
 pytestmark = pytest.mark.slow
 
