@@ -1,11 +1,11 @@
 """The wheel, built and installed as a user installs it, away from the source tree.
 
 The wheel is built from a copy of what it is made of, installed with `--no-deps` into a fresh
-virtual environment outside the tree (which reuses the machine's packages for pydantic, so nothing
-is downloaded), and used from a folder outside the tree with no `PYTHONPATH`: every module of the
-source tree is in it, the prompt templates of the top-level `prompts/` folder travel with it and
-are rendered from the installed package for a real crash, without PyTorch being imported, and
-`daifu --version` names the version.
+virtual environment outside the tree (which sees this environment's packages, pydantic among them,
+through a `.pth` file, so nothing is downloaded), and used from a folder outside the tree with no
+`PYTHONPATH`: every module of the source tree is in it, the prompt templates of the top-level
+`prompts/` folder travel with it and are rendered from the installed package for a real crash,
+without PyTorch being imported, and `daifu --version` names the version.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -84,8 +85,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(source)])
     [wheel] = wheels.glob("daifu-*.whl")
     venv = tmp_path_factory.mktemp("env") / "venv"
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
-    run([*pip, "--python", str(venv / "bin" / "python"), "install", "--no-deps", "--no-index", str(wheel)])
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    python = str(venv / "bin" / "python")
+    purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    # This environment's packages (pydantic...) after the venv's own: plain path lines, so the .pth
+    # files there (an editable install of the source tree) are not processed.
+    outer = [*site.getsitepackages(), site.getusersitepackages()]
+    (Path(purelib) / "outer.pth").write_text("".join(f"{path}\n" for path in outer))
+    run([*pip, "--python", python, "install", "--no-deps", "--no-index", str(wheel)])
     return wheel, venv
 
 
