@@ -30,7 +30,7 @@ from repairbot.sessions import COOKIE, Session
 
 _HERE = Path(__file__).parent
 _ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(_HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+    loader=jinja2.FileSystemLoader(_HERE / "pages"), autoescape=True, undefined=jinja2.StrictUndefined
 )
 TEMPLATES = Jinja2Templates(env=_ENV)
 _STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
