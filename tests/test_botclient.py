@@ -1,5 +1,6 @@
 """The client side: asking the bot, checking its suggestions, and deciding in automatic mode."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
@@ -8,6 +9,11 @@ from pathlib import Path
 from collections.abc import Iterator
 
 import pytest
+
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
 
 from daifu.core.patch import PatchRefused, patch_function, resolve
 from daifu.decide.automatic import decide, to_decision

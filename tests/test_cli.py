@@ -1,5 +1,6 @@
 """The `daifu` command: running a script it does not edit, reading the record, usage errors."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pexpect")
 
 from daifu.cli import main as cli
 from tests.terminal import PROGRAMS, TIMEOUT, child_env, program, spawn

@@ -1,11 +1,15 @@
 """The `(DaiFu)` console, typed at through a real pseudo-terminal; one behaviour per test."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pexpect")
 
 from daifu.console.session import COMMANDS
 from tests.terminal import Terminal, line_of, program, spawn
@@ -37,6 +41,18 @@ def test_describe_marks_the_faulty_line_and_shows_live_values(tmp_path: Path) ->
     terminal.leave("q")
 
 
+def test_describe_without_better_exceptions_shows_pythons_traceback_and_says_why(tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden"  # a machine without the `daifu[console]` extra
+    hidden.mkdir()
+    (hidden / "better_exceptions.py").write_text("raise ImportError('not installed', name='better_exceptions')\n")
+    terminal = crashed(tmp_path, PYTHONPATH=os.pathsep.join([str(hidden), os.environ.get("PYTHONPATH", "")]))
+    shown = terminal.command("describe")
+    assert f">> {line_of('accumulate.py', FAULTY)}" in shown and "Traceback (most recent call last)" in shown
+    assert "(values not shown: better_exceptions is not installed; pip install 'daifu[console]')" in shown
+    terminal.command("skip")
+    assert "FINAL total=7" in terminal.leave("q")
+
+
 def test_pdb_commands_see_the_live_frame(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
     assert "(3, '3', [1, 2])" in terminal.command("p total, item, seen")
@@ -55,6 +71,8 @@ def test_surgery_resumes_at_the_faulty_statement_with_the_state_kept(tmp_path: P
     assert f"-        {FAULTY}" in shown and "+        total = total + int(item)" in shown
     assert "Surgery accepted" in shown
     out = terminal.leave("q")
+    where = f"{program('accumulate.py')}:{line_of('accumulate.py', FAULTY)}"
+    assert f"Leaving the console with Surgery: the new main resumes at {where}: total = total + int(item)." in out
     assert "FINAL total=10 seen=[1, 2, '3', 4] trace=None" in out
     assert terminal.status == 0
     record = [json.loads(line) for line in (terminal.workspace / "repairs.jsonl").read_text().splitlines()]
@@ -66,7 +84,10 @@ def test_action_runs_in_the_faulty_frame_then_retries(tmp_path: Path) -> None:
     terminal.command("focus")
     terminal.action_file().write_text("item = int(item)\n")
     assert "Action accepted" in terminal.command("action")
-    assert "FINAL total=10 seen=[1, 2, 3, 4] trace=None" in terminal.leave("q")
+    out = terminal.leave("q")
+    where = f"{program('accumulate.py')}:{line_of('accumulate.py', FAULTY)}"
+    assert f"the action runs in the faulty frame, then the run resumes at {where}: {FAULTY} (run again)." in out
+    assert "FINAL total=10 seen=[1, 2, 3, 4] trace=None" in out
 
 
 def test_a_failing_action_brings_the_console_back_with_the_reason(tmp_path: Path) -> None:
@@ -168,6 +189,7 @@ def test_stepping_is_refused_and_the_session_goes_on(tmp_path: Path) -> None:
 
 def test_ctrl_c_at_the_prompt_keeps_the_session(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
+    terminal.wait_reading()
     terminal.child.sendintr()
     terminal.child.expect_exact("--KeyboardInterrupt--")
     terminal.wait_prompt()
@@ -201,6 +223,15 @@ def test_diff_is_coloured_on_a_terminal_without_no_color(tmp_path: Path) -> None
     terminal.command("focus")
     fix_surgery_file(terminal, *FIXED_SOURCE)
     assert "\x1b[32m+        total = total + int(item)\x1b[0m" in terminal.command("surgery")
+    assert "FINAL total=10" in terminal.leave("q")
+
+
+def test_a_dumb_terminal_gets_no_colours(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, TERM="dumb")  # a terminal, NO_COLOR unset, but TERM says it has no colours
+    terminal.command("focus")
+    fix_surgery_file(terminal, *FIXED_SOURCE)
+    shown = terminal.command("surgery")
+    assert "+        total = total + int(item)" in shown and "\x1b[" not in shown
     assert "FINAL total=10" in terminal.leave("q")
 
 

@@ -1,11 +1,16 @@
 """Replaying a recorded run: no input, the same decisions, and a clear stop where the run departs."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pexpect")
 
 from tests.terminal import TIMEOUT, child_env, line_of, program, spawn
 

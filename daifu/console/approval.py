@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 from collections.abc import Sequence
 
 from daifu import repair
@@ -21,7 +21,11 @@ from daifu.console.colour import paint, wanted
 from daifu.core.crash import Crash
 from daifu.core.decisions import Decision, Skip
 from daifu.console.diffs import source_diff
+from daifu.console.resuming import resume_point
 from daifu.decide.automatic import to_decision
+
+if TYPE_CHECKING:
+    from repairbot.protocol import Suggestion as BotSuggestion
 
 CHOICES = "[a]pply / [r]eject / [e]dit / [n]ext / [s]kip / [q]uit to console"
 
@@ -133,7 +137,7 @@ class _Prompt:
 
     def problem(self, suggestion: Suggestion) -> str | None:
         try:
-            return self.crash.check(to_decision(suggestion))
+            return self.crash.check(_decision(suggestion))
         except ValueError as error:
             return str(error)
 
@@ -143,7 +147,10 @@ class _Prompt:
         if answer == "a":
             problem = self.problem(suggestion)
             if problem is None:
-                return to_decision(suggestion)
+                decision = _decision(suggestion)
+                where = resume_point(self.crash, decision)
+                print(f"Applying suggestion {self.index + 1} ({suggestion.kind}): {where}.")
+                return decision
             print(f"Not applied: {problem}")
         elif answer == "r":
             del self.suggestions[self.index]
@@ -153,6 +160,7 @@ class _Prompt:
         elif answer == "e":
             self.edit(suggestion)
         elif answer == "s":
+            print(f"Skipping the faulty statement: {resume_point(self.crash, Skip())}.")
             return Skip()
         elif answer == "q":
             return _TO_CONSOLE
@@ -200,6 +208,11 @@ class _Prompt:
                 return Skip()
             if answer == "q":
                 return _TO_CONSOLE
+
+
+def _decision(suggestion: Suggestion) -> Decision:
+    """The decision carrying out `suggestion`; `to_decision` reads only its kind, code and target."""
+    return to_decision(cast("BotSuggestion", suggestion))
 
 
 def _ask(prompt: str) -> str | None:

@@ -11,7 +11,6 @@ left, and pdb's stepping commands say they are unavailable instead of half-worki
 from __future__ import annotations
 
 import pdb
-import sys
 from pathlib import Path
 
 from daifu import repair
@@ -25,6 +24,7 @@ from daifu.console.colour import paint, wanted
 from daifu.core.crash import Crash
 from daifu.core.decisions import Action, Decision, Pass, Retry, Skip, SkipIteration, Surgery
 from daifu.console.diffs import source_diff
+from daifu.console.resuming import resume_point
 
 COMMANDS = (
     "describe",
@@ -304,7 +304,8 @@ class Console(pdb.Pdb):
         if self.decision is None:
             self.message("No decision taken: the exception is raised.")
         else:
-            self.message(f"Leaving the console: {decisions.play_name(self.decision)}.")
+            where = resume_point(self.crash, self.decision)
+            self.message(f"Leaving the console with {decisions.play_name(self.decision)}: {where}.")
         return True
 
     do_c = do_cont = do_q = do_quit = do_continue
@@ -381,7 +382,9 @@ class Console(pdb.Pdb):
     def _take(self, decision: Decision, what: str) -> None:
         earlier = self.decision
         self.decision = decision
-        replaced = f" (instead of {decisions.play_name(earlier)})" if earlier is not None and earlier != decision else ""
+        replaced = ""
+        if earlier is not None and earlier != decision:
+            replaced = f" (instead of {decisions.play_name(earlier)})"
         self.message(f"{what}{replaced}: it takes effect when you leave with `q` or `continue`.")
 
     def _broadcast(self, decision: Decision) -> Path | None:

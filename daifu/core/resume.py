@@ -19,6 +19,7 @@ the module's namespace.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -56,7 +57,7 @@ class RepairEntry(Protocol):
 
     def refused(self, decision: Decision, decided_by: str, reason: str) -> None: ...
 
-    def resumed(self, seconds: float) -> None: ...
+    def resumed(self, started: float) -> None: ...
 
     def failed(self, decided_by: str) -> None: ...
 
@@ -300,12 +301,21 @@ class Vaccine:
             if isinstance(decision, Raise):
                 entry.failed(decided_by)
                 return None
+            collecting = gc.isenabled()
+            gc.disable()  # no full collection inside the restore window: it is paused until the run resumes
             try:
                 handover = self._prepare(decision, crash, live.copy())
             except RepairRefused as refusal:
+                if collecting:
+                    gc.enable()
                 crash.tried.append((repr(decision), f"refused: {refusal}"))
                 entry.refused(decision, decided_by, str(refusal))
                 continue
+            except BaseException:
+                if collecting:
+                    gc.enable()
+                raise
+            handover.collecting = collecting
             entry.decided(decision, decided_by)
             if all(tried[0] != repr(decision) for tried in crash.tried):
                 crash.tried.append((repr(decision), f"applied ({decided_by})"))  # a repeat of this crash will say so

@@ -11,7 +11,9 @@ Begin`, when it first needs it (the first vaccination, never at import) — unle
 `<record>.lock` exists: a restarted run then appends to the record of the run it continues.
 A child process (a DataLoader worker) appends to its parent's. `log_program_end` writes `Program
 End`, copies the record to `experiment_record_<time>.log` when the run is a repeated experiment
-(`'REPEAT_ACTIONS'` set in `TRANSFORM_REGISTRY`, even to `None`) or a milestone, and removes the lock.
+(`'REPEAT_ACTIONS'` set in `TRANSFORM_REGISTRY`, even to `None`) or a milestone, and removes the lock;
+a program that does not call it gets its `Program End` at exit (`Program End with Exception <type>:
+<message>`, level ERROR, when an uncaught exception ended it).
 
 Lines are plain appends through one line-buffered file: the record needs no logging library.
 The program's own lines from loguru's logger (`daifu.logger`, the prototype's) come in through
@@ -102,6 +104,7 @@ def _file() -> LineFile:
             except OSError:
                 pass  # the first write says so, once
         _record["file"] = LineFile(path, "a")  # appends even after a truncation: no writer overwrites another
+        _record["ended"] = False
     if fresh:
         _line("INFO", "Program Begin")
     if "loguru" in sys.modules:  # a program that logs with loguru gets its lines in the record, as before
@@ -111,9 +114,27 @@ def _file() -> LineFile:
 
 @atexit.register
 def _close() -> None:
+    """At exit: end the main process's record with `Program End` if the program did not (`Program End
+    with Exception <type>: <message>`, level ERROR, when an uncaught exception ended it), then close it."""
     current = _record.get("file")
-    if current is not None:
-        current.close()
+    if current is None:
+        return
+    if not _record.get("ended") and _main_process():
+        # Set by the interpreter when an uncaught exception ends the program (an IPython kernel sets it
+        # for the last error a cell showed, so a notebook's record ends with that one).
+        error = getattr(sys, "last_value", None)
+        if error is None:
+            _line("INFO", "Program End")
+        else:
+            _line("ERROR", f"Program End with Exception {type(error).__name__}: {one_line(_message(error))[:300]}")
+    current.close()
+
+
+def _message(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # an exception whose __str__ fails still ends the record
+        return "<message unavailable>"
 
 
 def one_line(text: str) -> str:
@@ -169,6 +190,7 @@ def log_program_end(value: Any = "", folder: str | os.PathLike[str] | None = Non
     if not _main_process():
         return
     _write("INFO", f"Program End with Quality Measure {value}" if value != "" else "Program End")
+    _record["ended"] = True
     if milestone or "REPEAT_ACTIONS" in config.TRANSFORM_REGISTRY:
         source = _record["file"].path
         target = Path.cwd() / folder if folder is not None else source.parent
@@ -210,8 +232,11 @@ class Entry:
         what = "+".join(step_names(decision))
         _write("WARNING", f"Repair {self.number}: {what} from {decided_by} refused: {reason}")
 
-    def resumed(self, seconds: float) -> None:
+    def resumed(self, started: float) -> None:
+        """The run resumes now; `started` was `time.perf_counter()` at the crash. The restore time
+        recorded covers everything from the crash to here, this record line included."""
         _write("INFO", f"Repair {self.number} End")
+        seconds = time.perf_counter() - started
         self._save(seconds * 1000.0)
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
         say(f"repair {self.number}: {self._where()}: {self._what()} (by {self.decided_by}){trial}; "
