@@ -107,7 +107,7 @@ def test_ask_answers_the_question_offers_tried_suggestions_and_applies_the_chose
     assert "Chosen from the repair bot's suggestions: Surgery: it takes effect when you leave" in chosen
     assert (tmp_path / "ws" / "(surgery-1)main.py").exists() is False  # nothing written: the decision is pending
     out = terminal.leave("q")
-    assert "Leaving the console: Surgery." in out
+    assert "Leaving the console with Surgery: the new main resumes at" in out
     assert "FINAL total=10 seen=[1, 2, '3', 4] trace=None" in out  # resumed at the faulty statement, state kept
     assert terminal.status == 0
     assert len(llm.requests) == 1
