@@ -30,6 +30,8 @@ class RunState:
     focused: surgery files the console's `focus` wrote, whose edits a reopened console keeps.
     watches: per function, the watch of its last automatic repair (`daifu.decide.watch`).
     distrusted: crash sites where automatic repairs stopped, because one did harm.
+    conversation: the console's `ask` rounds about the latest crash asked about
+        (`daifu.console.ask.Conversation`).
     """
 
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))
@@ -41,6 +43,7 @@ class RunState:
     focused: set[Path] = field(default_factory=set)
     watches: dict[str, Any] = field(default_factory=dict)
     distrusted: set[tuple[str, str, int]] = field(default_factory=set)
+    conversation: Any = None
 
     def reset(self) -> None:
         """Forget everything: the next crash is the run's first."""

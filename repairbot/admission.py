@@ -70,20 +70,21 @@ def printable(part: Any) -> Any:
 
 
 def admit(request: CrashRequest) -> bytes:
-    """The report as canonical JSON (what the cache key is made of), once it is known to be analysable.
+    """What the answer depends on, as canonical JSON (the cache key is made of it): the report, and a
+    person's question with the conversation before it, once it is known to be analysable.
 
     Raises `Inadmissible` naming every field at fault. Runs in time linear in the body's size.
     """
     problems = list(_structure(request.report))
     if problems:
         raise Inadmissible(problems[:20])
-    data = request.report.model_dump()
+    data = request.model_dump(include={"report", "question", "conversation"})
     # Canonical (keys sorted), and encoded by the standard library, which refuses a lone surrogate
     # anywhere; pydantic's own JSON would silently replace one in a dict key.
     try:
         return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
     except UnicodeEncodeError:
-        raise Inadmissible(list(_surrogates(data, ("body", "report")))[:20]) from None
+        raise Inadmissible(list(_surrogates(data, ("body",)))[:20]) from None
 
 
 def check_sources(report: CrashReport) -> None:

@@ -33,7 +33,7 @@ from loguru import logger
 from repairbot.approvals import Approvals, router as pending_router
 from repairbot.admission import Inadmissible, Problem, admit, check_sources, printable
 from repairbot.backends import NAMES, Answer, Backend, UnknownBackend, make_backend
-from repairbot.bounds import bounded_diagnosis, bounded_suggestions, cut
+from repairbot.bounds import MAX_ANSWER, bounded_diagnosis, bounded_suggestions, bounded_transcript, cut
 from repairbot.cache import AnswerCache
 from repairbot.deadline import Cancelled, Deadline, for_request, server_default
 from repairbot.protocol import fingerprint
@@ -146,9 +146,13 @@ def create_app(
         deadline = for_request(body.deadline_s, longest)
         call = chosen.suggest if kind == "suggest" else chosen.diagnose
 
+        # passed only when asked, so that a backend written before questions answers every other request
+        asked: dict[str, Any] = {"question": body.question, "conversation": body.conversation}
+        asked = asked if body.question or body.conversation else {}
+
         def work() -> Answer:
             check_sources(body.report)
-            return _bounded(call(body.report, deadline))
+            return _bounded(call(body.report, deadline, **asked))
 
         async def compute() -> Answer:
             running = asyncio.get_running_loop().run_in_executor(executor, work)
@@ -207,6 +211,8 @@ def create_app(
             fallback_reason=result.fallback_reason,
             cached=cached,
             notes=result.notes,
+            answer=result.answer,
+            transcript=result.transcript,
         )
 
     @app.post(
@@ -223,6 +229,8 @@ def create_app(
             fallback_reason=result.fallback_reason,
             cached=cached,
             notes=result.notes,
+            answer=result.answer,
+            transcript=result.transcript,
         )
 
     approvals = Approvals(
@@ -257,12 +265,20 @@ def _bounded(answer: Answer) -> Answer:
         diagnosis=bounded_diagnosis(answer.diagnosis),
         suggestions=bounded_suggestions(answer.suggestions),
         fallback_reason=None if answer.fallback_reason is None else cut(answer.fallback_reason, 2000),
+        answer=None if answer.answer is None else cut(answer.answer, MAX_ANSWER),
+        transcript=None if answer.transcript is None else bounded_transcript(answer.transcript),
     )
 
 
 def _answer_size(answer: Answer) -> int:
     """Bytes an answer holds, about as sent."""
-    return len(answer.diagnosis.model_dump_json()) + sum(len(s.model_dump_json()) for s in answer.suggestions)
+    extra = len(answer.transcript.model_dump_json()) if answer.transcript else 0
+    return (
+        len(answer.diagnosis.model_dump_json())
+        + sum(len(s.model_dump_json()) for s in answer.suggestions)
+        + len(answer.answer or "")
+        + extra
+    )
 
 
 async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from repairbot.protocol import CrashReport
 from repairbot.deadline import Deadline
-from repairbot.protocol import BackendInfo, Diagnosis, Suggestion
+from repairbot.protocol import BackendInfo, Diagnosis, Exchange, Suggestion, Transcript
 from repairbot.rules import analyse
 
 MAX_SUGGESTIONS = 8
+NO_QUESTIONS = (
+    "The rules engine answers no free-form questions: its diagnosis and suggestions are all it can say "
+    "(a model does: `daifu serve --backend openai`)."
+)
+"""The answer to a person's question when the rules engine is the one answering."""
 
 
 @dataclass
@@ -26,6 +32,8 @@ class Answer:
 
     fallback_reason: why the rules engine stood in for the backend, wholly (`backend_used` is
     then `rules`) or for the suggestions. notes: what the backend did with the model's reply.
+    answer: the answer to the person's question, in words (`None` when none was asked).
+    transcript: the model call made, if any.
     """
 
     diagnosis: Diagnosis
@@ -33,17 +41,36 @@ class Answer:
     backend_used: str
     fallback_reason: str | None = None
     notes: list[str] = field(default_factory=list)
+    answer: str | None = None
+    transcript: Transcript | None = None
 
 
 class Backend(Protocol):
     """What the server needs of a backend. `deadline`: when the answer is due, and whether the
-    client is still there; a backend that calls out must stop waiting when it is `over`."""
+    client is still there; a backend that calls out must stop waiting when it is `over`.
+    `question` and `conversation`: a person's question about the crash and the earlier rounds
+    (the console's `ask`), passed only when a request holds them; a backend that cannot answer in
+    words says so in `Answer.answer`."""
 
     name: str
 
-    def diagnose(self, report: CrashReport, deadline: Deadline | None = None) -> Answer: ...
+    def diagnose(
+        self,
+        report: CrashReport,
+        deadline: Deadline | None = None,
+        *,
+        question: str | None = None,
+        conversation: Sequence[Exchange] = (),
+    ) -> Answer: ...
 
-    def suggest(self, report: CrashReport, deadline: Deadline | None = None) -> Answer: ...
+    def suggest(
+        self,
+        report: CrashReport,
+        deadline: Deadline | None = None,
+        *,
+        question: str | None = None,
+        conversation: Sequence[Exchange] = (),
+    ) -> Answer: ...
 
     def info(self) -> BackendInfo: ...
 
@@ -57,12 +84,26 @@ class RulesBackend:
 
     name = "rules"
 
-    def diagnose(self, report: CrashReport, deadline: Deadline | None = None) -> Answer:
-        return Answer(analyse(report)[0], [], self.name)
+    def diagnose(
+        self,
+        report: CrashReport,
+        deadline: Deadline | None = None,
+        *,
+        question: str | None = None,
+        conversation: Sequence[Exchange] = (),
+    ) -> Answer:
+        return Answer(analyse(report)[0], [], self.name, answer=NO_QUESTIONS if question else None)
 
-    def suggest(self, report: CrashReport, deadline: Deadline | None = None) -> Answer:
+    def suggest(
+        self,
+        report: CrashReport,
+        deadline: Deadline | None = None,
+        *,
+        question: str | None = None,
+        conversation: Sequence[Exchange] = (),
+    ) -> Answer:
         diagnosis, suggestions = analyse(report)
-        return Answer(diagnosis, suggestions, self.name)
+        return Answer(diagnosis, suggestions, self.name, answer=NO_QUESTIONS if question else None)
 
     def info(self) -> BackendInfo:
         return BackendInfo(name=self.name, available=True, detail="embedded, offline, deterministic")

@@ -9,7 +9,7 @@ is cached or sent.
 
 from __future__ import annotations
 
-from repairbot.protocol import CrashReport, Diagnosis, Suggestion
+from repairbot.protocol import CrashReport, Diagnosis, Suggestion, Transcript
 
 MAX_MESSAGE = 4096
 """Characters of each exception message (and of each chained one) that patterns are matched on."""
@@ -32,6 +32,15 @@ MAX_TARGET = 2000
 MAX_EXPLANATION = 2000
 MAX_DIAGNOSIS = 8000
 MAX_PATH = 4096
+MAX_ANSWER = 4000
+"""Characters of the answer in words to a person's question."""
+MAX_MESSAGE_TEXT = 48 * 1024
+"""Characters of each message of a transcript; the prompt is bounded to far less by construction."""
+MAX_REPLY_TEXT = 32 * 1024
+"""Characters of a transcript's raw reply (a reasoning model at 4,000 tokens writes about 16 KB)."""
+MAX_MESSAGES = 8
+MAX_NOTES = 40
+MAX_NOTE = 1000
 
 
 def cut(text: str, limit: int) -> str:
@@ -117,5 +126,31 @@ def bounded_diagnosis(diagnosis: Diagnosis) -> Diagnosis:
                     "filename": cut(culprit.filename, MAX_PATH),
                 }
             ),
+        }
+    )
+
+
+def bounded_transcript(transcript: Transcript) -> Transcript:
+    """`transcript` with each text cut to its bound, and `cut` set if any was; the model's name too."""
+    messages = [
+        m if len(m.content) <= MAX_MESSAGE_TEXT else m.model_copy(update={"content": cut(m.content, MAX_MESSAGE_TEXT)})
+        for m in transcript.messages[:MAX_MESSAGES]
+    ]
+    reply = None if transcript.reply is None else cut(transcript.reply, MAX_REPLY_TEXT)
+    notes = [cut(note, MAX_NOTE) for note in transcript.notes[:MAX_NOTES]]
+    shortened = (
+        len(transcript.messages) > MAX_MESSAGES
+        or any(a.content != b.content for a, b in zip(messages, transcript.messages))
+        or reply != transcript.reply
+        or notes != transcript.notes
+    )
+    return transcript.model_copy(
+        update={
+            "model": cut(transcript.model, MAX_EXPLANATION),
+            "messages": messages,
+            "reply": reply,
+            "notes": notes,
+            "finish_reason": None if transcript.finish_reason is None else cut(transcript.finish_reason, 100),
+            "cut": transcript.cut or shortened,
         }
     )

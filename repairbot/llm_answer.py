@@ -41,16 +41,20 @@ from repairbot.rules.context import Context
 
 STALE_SKIP_CONFIDENCE = 0.2
 """A skip that leaves a value stale ranks below any fix: it trains on nothing, silently."""
+MAX_ANSWER_CHARS = 4000
+"""Characters of the reply's answer to a person's question that are kept."""
 
 
 @dataclass
 class Reading:
-    """What the service takes from one reply: a diagnosis (if readable), checked suggestions, notes."""
+    """What the service takes from one reply: a diagnosis (if readable), checked suggestions, notes,
+    and the answer in words to a person's question, if the reply holds one."""
 
     diagnosis: Diagnosis | None
     suggestions: list[Suggestion]
     notes: list[str] = field(default_factory=list)
     dropped: int = 0
+    answer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,9 @@ def read_reply(report: CrashReport, text: str) -> Reading:
         notes += [f"suggestion {proposal.number}: {change}" for change in changes]
         suggestions.append(suggestion)
     ranked = sorted(suggestions, key=lambda s: -s.confidence)
-    return Reading(diagnosis, ranked, notes, dropped)
+    said = answer.get("answer")
+    words = said.strip()[:MAX_ANSWER_CHARS] if isinstance(said, str) and said.strip() else None
+    return Reading(diagnosis, ranked, notes, dropped, words)
 
 
 def _sites(report: CrashReport) -> list[_Site]:

@@ -17,7 +17,12 @@ URL and model, so only the first crash at a new endpoint may need more than one 
 
 The answer always holds the rules engine's suggestions as well, ranked with the model's by
 confidence, each marked with its origin; when the model gives nothing usable they are all there
-is, and `fallback_reason` says why. The API key never appears in any message.
+is, and `fallback_reason` says why. The API key never appears in any message. Every call made is
+returned as a `Transcript` (the messages sent, the raw reply, tokens, how it was read), bounded
+by the service before it is sent.
+
+A person's question (the console's `ask`) and the conversation before it go in the same call:
+the reply's schema gains one field, `answer`, only when a question is asked.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import os
 import ssl
 import threading
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,12 +43,12 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from repairbot.protocol import CrashReport
-from repairbot.backends import Answer, merge
+from repairbot.backends import NO_QUESTIONS, Answer, merge
 from repairbot.deadline import Cancelled, Deadline, server_default
 from repairbot.llm_answer import Reading, read_reply
 from repairbot.llm_reply import ReplyError, read_object
 from repairbot.prompts import CATEGORIES, PromptError, messages
-from repairbot.protocol import BackendInfo, Diagnosis, Suggestion
+from repairbot.protocol import BackendInfo, ChatMessage, Diagnosis, Exchange, Suggestion, Transcript, Usage
 from repairbot.rules import analyse
 
 DEFAULT_MAX_TOKENS = 1200
@@ -77,8 +83,43 @@ def forget_capabilities() -> None:
         _learnt.clear()
 
 
-def reply_schema() -> dict[str, Any]:
-    """The strict JSON Schema of the reply (OpenAI structured outputs: every field required, nullable)."""
+@dataclass
+class _Call:
+    """What one crash's model call sent and got back, for its `Transcript`."""
+
+    model: str
+    messages: list[dict[str, str]] = field(default_factory=list)
+    reply: str | None = None
+    usage: Usage | None = None
+    finish_reason: str | None = None
+
+    def completed(self, completion: ChatCompletion) -> None:
+        """Keep the reply's raw text, its token counts and why it ended."""
+        self.reply = _raw_reply(completion)
+        usage = completion.usage
+        if usage is not None and usage.total_tokens:
+            self.usage = Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+        self.finish_reason = completion.choices[0].finish_reason if completion.choices else None
+
+    def transcript(self, notes: list[str]) -> Transcript | None:
+        """The call as made; `None` when nothing was sent (the backend could not work as configured)."""
+        if not self.messages:
+            return None
+        return Transcript(
+            model=self.model,
+            messages=[ChatMessage(role=m["role"], content=m["content"]) for m in self.messages],
+            reply=self.reply,
+            usage=self.usage,
+            finish_reason=self.finish_reason,
+            notes=notes,
+        )
+
+
+def reply_schema(answer: bool = False) -> dict[str, Any]:
+    """The strict JSON Schema of the reply (OpenAI structured outputs: every field required, nullable).
+
+    answer: add the `answer` field, the answer in words to a person's question.
+    """
 
     def nullable(kind: str) -> dict[str, Any]:
         return {"type": [kind, "null"]}
@@ -109,12 +150,16 @@ def reply_schema() -> dict[str, Any]:
             "explanation": {"type": "string"},
         },
     }
-    return {
+    schema: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "required": ["diagnosis", "suggestions"],
         "properties": {"diagnosis": diagnosis, "suggestions": {"type": "array", "items": suggestion}},
     }
+    if answer:
+        schema["required"].append("answer")
+        schema["properties"]["answer"] = {"type": "string"}
+    return schema
 
 
 class OpenAIBackend:
@@ -176,36 +221,76 @@ class OpenAIBackend:
             return BackendInfo(name=self.name, available=False, detail=problem)
         return BackendInfo(name=self.name, available=True, detail=f"model {self.model} at {self.base_url}")
 
-    def diagnose(self, report: CrashReport, deadline: Deadline | None = None) -> Answer:
-        answer = self.suggest(report, deadline)
-        return Answer(answer.diagnosis, [], answer.backend_used, answer.fallback_reason, answer.notes)
+    def diagnose(
+        self,
+        report: CrashReport,
+        deadline: Deadline | None = None,
+        *,
+        question: str | None = None,
+        conversation: Sequence[Exchange] = (),
+    ) -> Answer:
+        answer = self.suggest(report, deadline, question=question, conversation=conversation)
+        return replace(answer, suggestions=[])
 
-    def suggest(self, report: CrashReport, deadline: Deadline | None = None) -> Answer:
+    def suggest(
+        self,
+        report: CrashReport,
+        deadline: Deadline | None = None,
+        *,
+        question: str | None = None,
+        conversation: Sequence[Exchange] = (),
+    ) -> Answer:
         """The model's diagnosis and repairs with the rules engine's; the rules engine's alone if the model fails.
 
-        Raises `Cancelled` when the deadline was cancelled (the client went away).
+        question, conversation: a person's question, answered in `Answer.answer`, and the earlier
+        rounds, sent in the same call. Raises `Cancelled` when the deadline was cancelled (the
+        client went away).
         """
         deadline = deadline or Deadline(self.deadline)
         rules_diagnosis, rules_suggestions = analyse(report)
+        call = _Call(self.model or "")
         try:
-            text, notes = self._ask(report, rules_diagnosis, deadline)
+            text, notes = self._ask(report, rules_diagnosis, deadline, call, question, conversation)
             reading = read_reply(report, text)
         except (LLMFailure, PromptError, ReplyError) as failure:
             reason = self._redact(f"{self.name} backend ({self._where()}): {failure}")
-            return Answer(rules_diagnosis, rules_suggestions, "rules", f"{reason}; the rules engine answered instead")
-        return self._combine(reading, notes, rules_diagnosis, rules_suggestions)
+            return Answer(
+                rules_diagnosis,
+                rules_suggestions,
+                "rules",
+                f"{reason}; the rules engine answered instead",
+                answer=NO_QUESTIONS if question else None,
+                transcript=call.transcript([reason]),
+            )
+        answer = self._combine(reading, notes, rules_diagnosis, rules_suggestions, question)
+        answer.transcript = call.transcript(answer.notes)
+        return answer
 
     def _combine(
-        self, reading: Reading, notes: list[str], rules_diagnosis: Diagnosis, rules: list[Suggestion]
+        self,
+        reading: Reading,
+        notes: list[str],
+        rules_diagnosis: Diagnosis,
+        rules: list[Suggestion],
+        question: str | None = None,
     ) -> Answer:
         notes = [self._redact(n) for n in notes + reading.notes]
+        if question and not reading.answer:
+            notes.append("the reply holds no `answer` to the person's question; its diagnosis stands for one")
         used = self.name if reading.diagnosis or reading.suggestions else "rules"
         fallback = None
         if not reading.suggestions:
             why = f"all {reading.dropped} of its suggestions were dropped" if reading.dropped else "it proposed none"
             fallback = f"{self.name} backend ({self._where()}): no usable repair from the model ({why})"
             fallback += "; the rules engine's suggestions are given" if rules else "; the rules engine has none either"
-        return Answer(reading.diagnosis or rules_diagnosis, merge(reading.suggestions, rules), used, fallback, notes)
+        return Answer(
+            reading.diagnosis or rules_diagnosis,
+            merge(reading.suggestions, rules),
+            used,
+            fallback,
+            notes,
+            answer=self._redact(reading.answer) if question and reading.answer else None,
+        )
 
     def _where(self) -> str:
         return f"model {self.model} at {self.base_url}"
@@ -213,14 +298,29 @@ class OpenAIBackend:
     def _redact(self, text: str) -> str:
         return text.replace(self._key, "<redacted>") if self._key else text
 
-    def _ask(self, report: CrashReport, hint: Diagnosis, deadline: Deadline) -> tuple[str, list[str]]:
-        """The text of the model's reply (content or tool-call arguments), and notes on how it came."""
+    def _ask(
+        self,
+        report: CrashReport,
+        hint: Diagnosis,
+        deadline: Deadline,
+        call: _Call,
+        question: str | None,
+        conversation: Sequence[Exchange],
+    ) -> tuple[str, list[str]]:
+        """The text of the model's reply (content or tool-call arguments), and notes on how it came.
+
+        `call` keeps what was sent and what came back, whatever happens.
+        """
         problem = self.problem()
         if problem:
             raise LLMFailure(problem)
-        chat = messages(report, hint)
+        chat = messages(report, hint, question, conversation)
+        call.messages = chat
         started = time.monotonic()
-        completion, notes = asyncio.run(self._complete(chat, deadline))
+        completion, notes = asyncio.run(self._complete(chat, deadline, answer=bool(question)))
+        call.completed(completion)
+        if call.reply is not None:
+            call.reply = self._redact(call.reply)
         usage = completion.usage
         tokens = (
             f" ({usage.prompt_tokens} tokens in, {usage.completion_tokens} out)" if usage and usage.total_tokens else ""
@@ -228,8 +328,13 @@ class OpenAIBackend:
         notes.insert(0, f"the model answered in {time.monotonic() - started:.1f} s{tokens}")
         return _reply_text(completion, self.max_tokens), notes
 
-    async def _complete(self, chat: list[dict[str, str]], deadline: Deadline) -> tuple[ChatCompletion, list[str]]:
-        """One completion: adapting to what the endpoint rejects (remembered), retrying once if time allows."""
+    async def _complete(
+        self, chat: list[dict[str, str]], deadline: Deadline, answer: bool = False
+    ) -> tuple[ChatCompletion, list[str]]:
+        """One completion: adapting to what the endpoint rejects (remembered), retrying once if time allows.
+
+        answer: the reply's schema asks for an answer to a person's question too.
+        """
         key = (self.base_url, self.model or "")
         with _learnt_lock:
             capabilities = _learnt.get(key, Capabilities())
@@ -237,7 +342,7 @@ class OpenAIBackend:
         retried = False
         for _ in range(len(_FORMATS) + 3):  # each 400 teaches one thing; at most this many
             try:
-                return await self._attempt(self._parameters(chat, capabilities), deadline), notes
+                return await self._attempt(self._parameters(chat, capabilities, answer), deadline), notes
             except openai.APIStatusError as error:
                 if error.status_code in (400, 422):
                     learnt = _adapt(capabilities, error)
@@ -260,13 +365,15 @@ class OpenAIBackend:
             await asyncio.sleep(min(1.0, deadline.remaining() / 10))
         raise LLMFailure("the endpoint kept rejecting the request's parameters")
 
-    def _parameters(self, chat: list[dict[str, str]], capabilities: Capabilities) -> dict[str, Any]:
+    def _parameters(
+        self, chat: list[dict[str, str]], capabilities: Capabilities, answer: bool = False
+    ) -> dict[str, Any]:
         parameters: dict[str, Any] = {"model": self.model, "messages": chat}
         parameters[capabilities.tokens_parameter] = self.max_tokens
         if capabilities.temperature:
             parameters["temperature"] = 0
         if capabilities.response_format == "json_schema":
-            schema = {"name": "daifu_repair", "strict": True, "schema": reply_schema()}
+            schema = {"name": "daifu_repair", "strict": True, "schema": reply_schema(answer)}
             parameters["response_format"] = {"type": "json_schema", "json_schema": schema}
         elif capabilities.response_format == "json_object":
             parameters["response_format"] = {"type": "json_object"}
@@ -351,6 +458,21 @@ def _reply_text(completion: ChatCompletion, max_tokens: int) -> str:
     if not text.strip():
         raise LLMFailure("the model's reply was empty")
     return text
+
+
+def _raw_reply(completion: ChatCompletion) -> str | None:
+    """The reply's text as it came: its content, else a tool call's arguments, else its refusal."""
+    if not completion.choices:
+        return None
+    message = completion.choices[0].message
+    if message.content:
+        return message.content
+    if message.tool_calls:
+        return getattr(getattr(message.tool_calls[0], "function", None), "arguments", None)
+    if message.function_call:
+        return message.function_call.arguments
+    refusal = getattr(message, "refusal", None)
+    return f"(refusal) {refusal}" if refusal else message.content
 
 
 def _holds_answer(text: str) -> bool:

@@ -4,7 +4,9 @@ The folder is `$DAIFU_PROMPTS_DIR` if set, so a user can tune the wording withou
 else the templates of the installed package (a wheel carries the project's top-level `prompts/`
 folder as `repairbot/templates/`), or, in a source tree, `prompts/` beside the `repairbot` package.
 Templates use `string.Template` (`$name`): `system.txt` is the system message, `repair.txt` the
-user message.
+user message; when a person at the console asks (`ask [question]`), `conversation.txt` (the earlier
+rounds) and `question.txt` (the question, and the `answer` field it adds to the reply) follow it in
+the same message.
 
 Everything the model needs is sent once: the numbered source of the paused function (and of the
 callee where the crash happened below it), the live values with the facts the rules engine reads
@@ -20,7 +22,9 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from repairbot.protocol import CrashReport, Frame, Variable
+from collections.abc import Sequence
+
+from repairbot.protocol import CrashReport, Exchange, Frame, Variable
 from repairbot.protocol import Diagnosis
 from repairbot.rules.context import Context
 
@@ -30,6 +34,14 @@ MAX_LISTING_LINES = 120
 MAX_VARIABLES_CHARS = 4000
 MAX_MESSAGE_CHARS = 1500
 MAX_TRIED = 5
+MAX_EXCHANGES = 3
+"""Earlier rounds of a console conversation shown to the model (the latest ones): about 200 tokens each."""
+MAX_QUESTION_CHARS = 300
+MAX_ANSWER_CHARS = 500
+MAX_EXCHANGE_TRIED = 4
+"""Tried repairs shown per round: the first ones (best ranked) and the last (what the person chose)."""
+MAX_TRIED_CHARS = 120
+"""Characters of a tried repair's description, and of its outcome, in a conversation round."""
 
 
 class PromptError(RuntimeError):
@@ -55,15 +67,38 @@ def read(name: str) -> str:
         raise PromptError(f"Prompt template {str(path)!r} cannot be read: {error.strerror}.") from error
 
 
-def messages(report: CrashReport, hint: Diagnosis | None = None) -> list[dict[str, str]]:
+def messages(
+    report: CrashReport,
+    hint: Diagnosis | None = None,
+    question: str | None = None,
+    conversation: Sequence[Exchange] = (),
+) -> list[dict[str, str]]:
     """The chat messages asking for a diagnosis and repairs of `report`.
 
     hint: the rules engine's diagnosis, shown to the model as an offline analysis.
+    question, conversation: a person's question and the earlier rounds (the console's `ask`),
+    appended to the one user message: the crash is sent once, as it is now, with them.
     """
-    return [
-        {"role": "system", "content": read("system").strip()},
-        {"role": "user", "content": render("repair", values(report, hint))},
-    ]
+    user = render("repair", values(report, hint))
+    if conversation:
+        user += "\n" + render("conversation", {"exchanges": exchanges(conversation)})
+    if question:
+        user += "\n" + render("question", {"question": _one_line(_cut(question, MAX_QUESTION_CHARS))})
+    return [{"role": "system", "content": read("system").strip()}, {"role": "user", "content": user}]
+
+
+def exchanges(conversation: Sequence[Exchange]) -> str:
+    """The latest rounds of a conversation, each bounded: question, answer, and what was tried after it."""
+    shown = list(conversation)[-MAX_EXCHANGES:]
+    lines = [f"  ({len(conversation) - len(shown)} earlier rounds not shown)"] if len(shown) < len(conversation) else []
+    for exchange in shown:
+        lines.append(f"  Q: {_one_line(_cut(exchange.question, MAX_QUESTION_CHARS)) or '(no question: a diagnosis)'}")
+        lines.append(f"  A: {_one_line(_cut(exchange.answer, MAX_ANSWER_CHARS))}")
+        lines += [
+            f"  then: {_cut(_one_line(a.decision), MAX_TRIED_CHARS)} -> {_cut(_one_line(a.outcome), MAX_TRIED_CHARS)}"
+            for a in _first_and_last(exchange.tried, MAX_EXCHANGE_TRIED)
+        ]
+    return "\n".join(lines)
 
 
 def render(name: str, values: dict[str, str]) -> str:
@@ -91,6 +126,11 @@ def values(report: CrashReport, hint: Diagnosis | None = None) -> dict[str, str]
         "hints": _hint(hint),
         "categories": ", ".join(f'"{c}"' for c in CATEGORIES),
     }
+
+
+def _first_and_last(items: list[Any], count: int) -> list[Any]:
+    """At most `count` of `items`: the first ones and the last."""
+    return items if len(items) <= count else items[: count - 1] + items[-1:]
 
 
 def numbered(source: str, first_lineno: int, mark: int) -> str:

@@ -123,6 +123,23 @@ def fingerprint(report: CrashReport) -> str:
 SuggestionKind = Literal["surgery", "action", "patch_function", "retry", "skip", "skip_iteration"]
 
 
+MAX_QUESTION = 2000
+"""Characters of a person's question; the prompt shows a bounded part of each earlier exchange too."""
+MAX_EXCHANGES = 20
+
+
+class Exchange(BaseModel):
+    """One earlier round of a console conversation about the crash (`ask` in the `(DaiFu)` console).
+
+    question: what the person asked (`""` for a plain `ask`). answer: the bot's answer, in words.
+    tried: what was tried after that answer and how it ended (its suggestions' trials, the one chosen).
+    """
+
+    question: str = Field(default="", max_length=MAX_QUESTION)
+    answer: str = Field(default="", max_length=8000)
+    tried: list[Attempt] = Field(default_factory=list, max_length=MAX_EXCHANGES)
+
+
 class CrashRequest(BaseModel):
     """A crash report, and optionally which backend should answer (the server's default if not).
 
@@ -130,11 +147,16 @@ class CrashRequest(BaseModel):
         The service answers within it (with the rules engine's answer when the model is too slow,
         503 rather than work on for a client long gone); the server's own deadline
         (`daifu serve --deadline`) is the upper bound.
+    question: a person's question about the crash, answered in words (`SuggestResponse.answer`)
+        along with the diagnosis and suggestions. conversation: the earlier rounds of the same
+        conversation, oldest first; a model sees them, the rules engine answers without them.
     """
 
     report: CrashReport
     backend: str | None = None
     deadline_s: float | None = Field(default=None, gt=0.0, le=3600.0, allow_inf_nan=False)
+    question: str | None = Field(default=None, max_length=MAX_QUESTION)
+    conversation: list[Exchange] = Field(default_factory=list, max_length=MAX_EXCHANGES)
 
 
 class Culprit(BaseModel):
@@ -175,6 +197,40 @@ class Suggestion(BaseModel):
     origin: Literal["model", "rules"] | None = None
 
 
+class ChatMessage(BaseModel):
+    """One message sent to a model."""
+
+    role: str
+    content: str
+
+
+class Usage(BaseModel):
+    """Tokens a model call cost, as the model's server counted them."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class Transcript(BaseModel):
+    """A model call behind an answer, exactly as made: `daifu report N` shows it.
+
+    messages: what was sent (built from the crash report, which the client redacted).
+    reply: the reply's raw text (its content, or a tool call's arguments); `None` when no reply
+        came (the notes say why). usage: tokens counted by the model's server, if it said.
+    finish_reason: why the model stopped, as its server said. notes: how the reply was read:
+        what was dropped and why, what was repaired, whether the call was retried or adapted.
+    cut: whether a text was shortened to fit the response's bounds.
+    """
+
+    model: str
+    messages: list[ChatMessage]
+    reply: str | None = None
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    notes: list[str] = Field(default_factory=list)
+    cut: bool = False
+
+
 class DiagnoseResponse(BaseModel):
     """A diagnosis, and who gave it.
 
@@ -183,6 +239,9 @@ class DiagnoseResponse(BaseModel):
     notes: what the service did with the model's reply: each suggestion it dropped and why, each
         repair it made to the model's code (a decorator restored, a diff applied), in the user's
         file and line numbers.
+    answer: the answer to the request's `question`, in words (`None` when none was asked).
+    transcript: the model call behind the answer, when a model was called (absent for the
+        rules engine, and from servers that predate the field).
     """
 
     fingerprint: str
@@ -191,6 +250,8 @@ class DiagnoseResponse(BaseModel):
     fallback_reason: str | None = None
     cached: bool = False
     notes: list[str] = Field(default_factory=list)
+    answer: str | None = None
+    transcript: Transcript | None = None
 
 
 class SuggestResponse(DiagnoseResponse):

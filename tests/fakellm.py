@@ -33,7 +33,8 @@ class Reply:
     content: the message text (`None` sends `"content": null`). tool_calls: `(name, arguments)`
     pairs, sent as the message's `tool_calls`. status/error: a non-200 answer with this JSON body.
     delay: seconds to wait before answering. trickle: seconds between chunks of the body (8
-    bytes each), as a slow server or a slow proxy sends it.
+    bytes each), as a slow server or a slow proxy sends it. usage: `(prompt_tokens,
+    completion_tokens)` as the server counts them (zeros, as some local servers send, if not given).
     """
 
     content: str | None = ""
@@ -44,6 +45,7 @@ class Reply:
     error: dict[str, Any] | None = None
     delay: float = 0.0
     trickle: float = 0.0
+    usage: tuple[int, int] = (0, 0)
 
 
 Script = Callable[[dict[str, Any]], "Reply | str"]
@@ -175,5 +177,9 @@ def _completion(model: str, reply: Reply) -> dict[str, Any]:
         "created": 0,
         "model": model,
         "choices": [{"index": 0, "finish_reason": reply.finish_reason, "message": message}],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": {
+            "prompt_tokens": reply.usage[0],
+            "completion_tokens": reply.usage[1],
+            "total_tokens": sum(reply.usage),
+        },
     }

@@ -42,7 +42,8 @@ from repairbot import prompts
 rendered = {}
 
 def policy(crash):
-    values = prompts.values(build_report(crash))
+    # `ask`'s templates (conversation, question) take their own placeholders beside the report's
+    values = {**prompts.values(build_report(crash)), "exchanges": "  Q: why?", "question": "why does it fail?"}
     for template in sorted(prompts.prompts_dir().glob("*.txt")):
         rendered[template.stem] = prompts.render(template.stem, values)
     return daifu.Skip()
@@ -133,6 +134,7 @@ def test_the_installed_package_renders_every_prompt_template_outside_the_tree(
     assert found["prompts_dir"] == str(Path(found["repairbot"]).parent / "templates")
     repair = found["rendered"]["repair"]
     assert "total = total + item" in repair and "TypeError" in repair and "$exception" not in repair
+    assert "why does it fail?" in found["rendered"]["question"] and "$" not in found["rendered"]["conversation"]
     assert found["overridden"] == "my own system prompt\n"  # DAIFU_PROMPTS_DIR still wins
     assert found["version"] == "0.1.0" and found["torch_imported"] is False
 

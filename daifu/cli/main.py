@@ -180,14 +180,19 @@ def _report(args: argparse.Namespace) -> int:
     if entry.get("code"):
         print("             code:")
         print("\n".join(f"    {line}" for line in redact(str(entry["code"]), code=True).rstrip("\n").splitlines()))
+    answers = _bot_answers(entry, _folder(args.record))
     try:  # the crash report the bot got is read with the repair bot's wire models
-        sent = _sent_report(entry, _folder(args.record))
+        sent = _sent_report(answers)
     except ImportError as missing:
         print(f"\n(The crash report sent to the repair bot is not shown: {missing}; pip install 'daifu[bot]'.)")
         return 0
     if sent is not None:
         print("\nThe crash report sent to the repair bot:\n")
         print(sent)
+    calls = [answer for answer in answers if answer.get("transcript")]
+    for number, answer in enumerate(calls, 1):
+        print()
+        print(_call_text(answer, f"answer {number} of {len(calls)}" if len(calls) > 1 else "the answer"))
     return 0
 
 
@@ -198,22 +203,59 @@ def _folder(record_path: Path | None) -> Path:
     return record_path if record_path.is_dir() else record_path.parent
 
 
-def _sent_report(entry: dict[str, Any], folder: Path) -> str | None:
-    """The crash report the repair bot received for this very repair (same process, same number)."""
+def _bot_answers(entry: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
+    """The repair bot's recorded answers for this very repair (same process, same number), oldest first."""
     from daifu.decide.automatic import RECORD_NAME
-    from daifu.report.build import render_report_text
-    from repairbot.protocol import CrashReport
 
     path = folder / RECORD_NAME
     try:
         answers = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, ValueError):
-        return None
+        return []
+    key = (entry.get("pid"), entry.get("repair"))
+    return [a for a in answers if isinstance(a, dict) and (a.get("pid"), a.get("repair")) == key]
+
+
+def _sent_report(answers: list[dict[str, Any]]) -> str | None:
+    """The crash report the repair bot received last for this repair, as the console's `report` shows it."""
+    from daifu.report.build import render_report_text
+    from repairbot.protocol import CrashReport
+
     for answer in reversed(answers):
-        same_repair = (answer.get("pid"), answer.get("repair")) == (entry.get("pid"), entry.get("repair"))
-        if same_repair and "report" in answer:
+        if "report" in answer:
             return render_report_text(CrashReport.model_validate(answer["report"]))
     return None
+
+
+def _call_text(answer: dict[str, Any], which: str) -> str:
+    """A recorded model call, exactly: each message sent, the raw reply, and how the reply was read.
+
+    Shown as recorded, not redacted again: the messages were built from the redacted crash report,
+    and rewriting them would no longer show what the model received.
+    """
+    from repairbot.protocol import Transcript
+
+    call = Transcript.model_validate(answer["transcript"])
+    usage = call.usage
+    tokens = (
+        f", {usage.prompt_tokens} tokens in, {usage.completion_tokens} out"
+        if usage is not None and usage.prompt_tokens is not None
+        else ""
+    )
+    lines = [f"The model call behind {which} (model {call.model}{tokens}):"]
+    for message in call.messages:
+        lines += [f"--- {message.role} ---", message.content.rstrip("\n")]
+    if call.reply is None:
+        lines.append("--- no reply ---")
+    else:
+        lines += [f"--- reply (finish_reason: {call.finish_reason or 'not given'}) ---", call.reply.rstrip("\n")]
+    if answer.get("answer"):
+        lines += ["--- the answer to the question ---", str(answer["answer"])]
+    lines.append("--- how the reply was read ---")
+    lines += [f"  {note}" for note in call.notes] or ["  (nothing to note)"]
+    if call.cut:
+        lines.append("(some texts were shortened by the repair bot to fit its answer's bounds)")
+    return "\n".join(lines)
 
 
 def _serve(args: argparse.Namespace) -> int:

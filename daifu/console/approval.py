@@ -74,6 +74,13 @@ def approval_prompt(crash: Crash, diagnosis: str, suggestions: Sequence[Suggesti
     return console.open_console(crash)  # after the lock is released: a Manager lock is not re-entrant
 
 
+def choose(crash: Crash, diagnosis: str, suggestions: Sequence[Suggestion]) -> Decision | None:
+    """The prompt alone, for the console's `ask`: the console holds the lock, and `q` (or rejecting
+    every suggestion) goes back to it with no decision (`None`)."""
+    choice = _Prompt(crash, list(suggestions)).run(diagnosis)
+    return None if isinstance(choice, _ToConsole) else choice
+
+
 class _ToConsole:
     """The person asked for the console (`q`)."""
 

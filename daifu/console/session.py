@@ -36,6 +36,7 @@ COMMANDS = (
     "retry",
     "skip",
     "trial",
+    "ask",
     "broadcast",
     "report",
     "exit",
@@ -263,6 +264,25 @@ class Console(pdb.Pdb):
             return self.decision
         code = self._read_focus_file("surgery", self._surgery_path)
         return None if code is None else Surgery(code)
+
+    def do_ask(self, arg: str) -> None:
+        """ask [question]
+        Ask the repair bot about this crash (and your question); choose among its suggestions.
+        The crash report (redacted, as `report` shows it) and your question go to the configured
+        repair bot (DAIFU_REPAIRBOT_URL), else to the embedded rules engine, which answers no
+        free-form questions. Its answer and root cause are shown, then each suggestion with the
+        verdict of a trial on a copy of the run, in the approval prompt: the one you apply becomes
+        the decision taken when you leave with `q`. Asking again continues the conversation."""
+        try:  # the bot is an addition; the console works without it
+            from daifu.console import ask
+        except ImportError as missing:
+            self.error(f"Asking the repair bot is not available in this installation: {missing}")
+            return
+        decision = ask.ask(self.crash, self.number, arg, self.message)
+        if decision is None:
+            self.message("No suggestion chosen: the pending decision is unchanged.")
+        else:
+            self._take(decision, f"Chosen from the repair bot's suggestions: {decisions.play_name(decision)}")
 
     def do_broadcast(self, arg: str) -> None:
         """broadcast

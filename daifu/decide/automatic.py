@@ -68,7 +68,12 @@ class Candidate:
 
     @property
     def code(self) -> str:
-        return self.suggestion.code
+        """The code of the decision (a surgery's redacted lines restored), which the prompt shows and applies."""
+        return code_of(self.decision) or self.suggestion.code
+
+    @property
+    def target(self) -> str | None:
+        return self.decision.target if isinstance(self.decision, Patch) else self.suggestion.target
 
     @property
     def explanation(self) -> str:
@@ -103,7 +108,7 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
         from daifu.decide import remote  # a person decides in a browser; the process waits
 
         chosen = remote.decide(crash, report, answer, found, settings, lambda: _automatic(crash, found, settings))
-    _record(settings, report, answer, found, crash)
+    record_answer(settings, report, answer, found, crash)
     if chosen is None:
         if settings.approve == "never":
             say(f"{len(found)} suggestion(s) recorded; approve='never' applies none")
@@ -293,9 +298,7 @@ def _ask_person(crash: Crash, diagnosis: Diagnosis, found: list[Candidate], sett
     """The candidate a person at the terminal applies (each shown with its trial verdict)."""
     if not _person_present():
         return None
-    options = [c for c in found if c.usable]
-    for candidate in options[: settings.max_trials]:
-        candidate.verdict = crash.trial(candidate.decision, settings.trial_seconds)
+    options = tried_for_a_person(crash, found, settings)
     from daifu.console.approval import approval_prompt  # the prompt loads only when a person is asked
 
     decision = approval_prompt(crash, diagnosis_text(diagnosis), options)
@@ -303,6 +306,15 @@ def _ask_person(crash: Crash, diagnosis: Diagnosis, found: list[Candidate], sett
         return None
     return next((c for c in options if c.decision == decision), Candidate(Suggestion(
         kind="action", code="", explanation="chosen by a person", confidence=1.0), decision))
+
+
+def tried_for_a_person(crash: Crash, found: list[Candidate], settings: Settings) -> list[Candidate]:
+    """The usable candidates, the first `max_trials` of them tried on a copy of the run, so that a
+    person choosing among them sees each verdict."""
+    options = [c for c in found if c.usable]
+    for candidate in options[: settings.max_trials]:
+        candidate.verdict = crash.trial(candidate.decision, settings.trial_seconds)
+    return options
 
 
 def _person_present() -> bool:
@@ -336,8 +348,11 @@ def _remember(crash: Crash, decision: Decision) -> None:
         crash.tried.append((text, "proposed by the repair bot"))
 
 
-def _record(settings: Settings, report: CrashReport, answer: BotAnswer, found: list[Candidate], crash: Crash) -> None:
-    """Append the bot's answer, and every trial, to the workspace; a failure to write never costs the run."""
+def record_answer(
+    settings: Settings, report: CrashReport, answer: BotAnswer, found: list[Candidate], crash: Crash
+) -> None:
+    """Append the bot's answer, every trial, and the model call behind the answer (if any) to the
+    workspace; a failure to write never costs the run."""
     trials = [
         {"decision": play_name(c.decision), "code": code_of(c.decision), **c.verdict.to_data()}
         for c in found
@@ -366,6 +381,8 @@ def _record(settings: Settings, report: CrashReport, answer: BotAnswer, found: l
         ],
         "trials": trials,
         "report": report.model_dump(mode="json"),  # exactly what was sent: `daifu report` shows it
+        "answer": answer.answer,
+        "transcript": answer.transcript.model_dump(mode="json") if answer.transcript else None,
     }
     try:
         os.makedirs(settings.workspace, exist_ok=True)

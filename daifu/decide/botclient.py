@@ -13,8 +13,8 @@ import asyncio
 import json
 import os
 import threading
-import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from daifu.say import say
 from repairbot.protocol import CrashReport
-from repairbot.protocol import Diagnosis, SuggestResponse, Suggestion
+from repairbot.protocol import Diagnosis, Exchange, SuggestResponse, Suggestion, Transcript
 
 DEFAULT_DEADLINE = 45.0
 MAX_REPLY_BYTES = 4 * 2**20
@@ -34,7 +34,9 @@ class BotAnswer:
     """The bot's diagnosis and suggestions (best first), who answered, and any warning on the way.
 
     source: the URL asked, or `"in-process"`. backend_used, fallback_reason: as the server said,
-    or `"rules"` and the reason the server was not used.
+    or `"rules"` and the reason the server was not used. answer: the answer in words to the
+    question asked, if one was. transcript: the model call behind the answer, if the server made
+    one; notes: how the server read the model's reply.
     """
 
     diagnosis: Diagnosis
@@ -43,6 +45,9 @@ class BotAnswer:
     source: str
     fallback_reason: str | None = None
     warning: str | None = None
+    answer: str | None = None
+    transcript: Transcript | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 class BotCallFailed(Exception):
@@ -74,19 +79,24 @@ def ask_bot(
     url: str | None,
     deadline: float = DEFAULT_DEADLINE,
     max_reply: int = MAX_REPLY_BYTES,
+    *,
+    question: str | None = None,
+    conversation: Sequence[Exchange] = (),
 ) -> BotAnswer:
     """The repair bot's answer for `report`: from the server at `url`, or in-process if `url` is None.
 
     deadline: seconds the call to the server may take in all. max_reply: bytes of reply read at most.
+    question, conversation: a person's question about the crash and the earlier rounds of the
+    conversation (the console's `ask`); the rules engine answers that it takes no questions.
     """
     if url is None:
-        return _in_process(report)
+        return _in_process(report, question)
     try:
-        reply = call_bot(report, url, deadline, max_reply)
+        reply = call_bot(report, url, deadline, max_reply, question=question, conversation=conversation)
     except BotCallFailed as error:
         warning = f"The repair bot at {url} failed ({error}); using the embedded rules engine instead."
         say(warning)
-        answer = _in_process(report)
+        answer = _in_process(report, question)
         answer.fallback_reason, answer.warning = warning, warning
         return answer
     return BotAnswer(
@@ -95,10 +105,21 @@ def ask_bot(
         backend_used=reply.backend_used,
         source=url,
         fallback_reason=reply.fallback_reason,
+        answer=reply.answer,
+        transcript=reply.transcript,
+        notes=reply.notes,
     )
 
 
-def call_bot(report: CrashReport, url: str, deadline: float, max_reply: int = MAX_REPLY_BYTES) -> SuggestResponse:
+def call_bot(
+    report: CrashReport,
+    url: str,
+    deadline: float,
+    max_reply: int = MAX_REPLY_BYTES,
+    *,
+    question: str | None = None,
+    conversation: Sequence[Exchange] = (),
+) -> SuggestResponse:
     """The server's suggestions for `report`, within `deadline` seconds; raises `BotCallFailed`.
 
     The call runs on an event loop of its own in a short-lived thread, so that cancelling it at the
@@ -109,11 +130,11 @@ def call_bot(report: CrashReport, url: str, deadline: float, max_reply: int = MA
 
     def run() -> None:
         try:
-            outcome.append(asyncio.run(_call_within(report, url, deadline, max_reply)))
+            body = _body(report, deadline, question, conversation)
+            outcome.append(asyncio.run(_call_within(body, url, deadline, max_reply)))
         except BaseException as error:  # handed to the caller's thread, which raises it
             outcome.append(error)
 
-    started = time.monotonic()
     thread = threading.Thread(target=run, name="daifu-bot-call", daemon=True)
     thread.start()
     thread.join(deadline + 5.0)  # the loop cancels at the deadline; this only guards against a stuck loop
@@ -125,9 +146,9 @@ def call_bot(report: CrashReport, url: str, deadline: float, max_reply: int = MA
     return result  # type: ignore[no-any-return]
 
 
-async def _call_within(report: CrashReport, url: str, deadline: float, max_reply: int) -> SuggestResponse:
+async def _call_within(request: bytes, url: str, deadline: float, max_reply: int) -> SuggestResponse:
     try:
-        body = await asyncio.wait_for(_post(report, url, deadline, max_reply), deadline)
+        body = await asyncio.wait_for(_post(request, url, deadline, max_reply), deadline)
     except asyncio.TimeoutError:
         raise DeadlineExceeded(f"no complete answer within the {deadline:g} s deadline") from None
     try:
@@ -136,7 +157,7 @@ async def _call_within(report: CrashReport, url: str, deadline: float, max_reply
         raise BadReply(f"the reply does not follow the protocol: {error.error_count()} errors") from error
 
 
-async def _post(report: CrashReport, url: str, deadline: float, max_reply: int) -> bytes:
+async def _post(request: bytes, url: str, deadline: float, max_reply: int) -> bytes:
     """The reply's body, read as it streams in and refused as soon as it passes `max_reply` bytes.
 
     Transport errors become `BotCallFailed`s, the cause kept (as httpx's `map_httpcore_exceptions`
@@ -148,7 +169,7 @@ async def _post(report: CrashReport, url: str, deadline: float, max_reply: int) 
     try:
         async with httpx.AsyncClient(timeout=deadline) as client:
             endpoint = f"{url.rstrip('/')}/v1/suggest"
-            async with client.stream("POST", endpoint, content=_body(report, deadline), headers=headers) as response:
+            async with client.stream("POST", endpoint, content=request, headers=headers) as response:
                 return await _read(response, max_reply)
     except httpx.TimeoutException as error:
         raise DeadlineExceeded(f"no complete answer within the {deadline:g} s deadline") from error
@@ -189,12 +210,24 @@ async def _error_detail(response: httpx.Response, limit: int = 2048) -> str:
     return text[:300] if isinstance(text, str) else ""
 
 
-def _body(report: CrashReport, deadline: float) -> bytes:
-    return ('{"report": ' + report.model_dump_json() + f', "deadline_s": {json.dumps(deadline)}}}').encode()
+def _body(report: CrashReport, deadline: float, question: str | None, conversation: Sequence[Exchange]) -> bytes:
+    """The request: the report, the deadline, and a question with its conversation only when there is one."""
+    asked = ""
+    if question:
+        asked += f', "question": {json.dumps(question)}'
+    if conversation:
+        asked += ', "conversation": [' + ", ".join(e.model_dump_json() for e in conversation) + "]"
+    return ('{"report": ' + report.model_dump_json() + f', "deadline_s": {json.dumps(deadline)}{asked}}}').encode()
 
 
-def _in_process(report: CrashReport) -> BotAnswer:
-    from repairbot.rules import analyse  # the rules engine is only loaded when a crash needs it
+def _in_process(report: CrashReport, question: str | None = None) -> BotAnswer:
+    from repairbot.backends import RulesBackend  # the rules engine is only loaded when a crash needs it
 
-    diagnosis, suggestions = analyse(report)
-    return BotAnswer(diagnosis=diagnosis, suggestions=suggestions, backend_used="rules", source="in-process")
+    answer = RulesBackend().suggest(report, question=question)
+    return BotAnswer(
+        diagnosis=answer.diagnosis,
+        suggestions=answer.suggestions,
+        backend_used="rules",
+        source="in-process",
+        answer=answer.answer,
+    )
