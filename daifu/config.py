@@ -53,7 +53,7 @@ class Settings:
     bot_deadline: float = 45.0
     max_attempts: int = 3
     workspace: Path = Path("daifu_workspace")
-    max_trials: int = 4
+    max_trials: int = 8
     trial_seconds: float = 5.0
 
 

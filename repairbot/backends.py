@@ -12,12 +12,11 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from repairbot.bounds import MAX_SUGGESTIONS
 from repairbot.protocol import CrashReport
 from repairbot.deadline import Deadline
 from repairbot.protocol import BackendInfo, Diagnosis, Suggestion
 from repairbot.rules import analyse
-
-MAX_SUGGESTIONS = 8
 
 
 @dataclass
