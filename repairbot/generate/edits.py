@@ -77,6 +77,16 @@ def insert_before(view: View, statement: ast.stmt, lines: str) -> str | None:
     return _checked(view, "".join(view.lines[:row]) + block + "".join(view.lines[row:]))
 
 
+def with_line_before(view: View, source: str | None, statement: ast.stmt, line: str) -> str | None:
+    """`source` (a new version of the view's function, changed at or after `statement`) with `line` inserted
+    before `statement`, at its indentation."""
+    if source is None:
+        return None
+    lines = source.splitlines(keepends=True)
+    row = statement.lineno - 1
+    return _checked(view, "".join(lines[:row]) + _indent(lines[row]) + line + "\n" + "".join(lines[row:]))
+
+
 def replace_statement(view: View, statement: ast.stmt, lines: str) -> str | None:
     """The function's source with the whole of `statement` replaced by `lines`, at its indentation.
 

@@ -45,7 +45,7 @@ def _shape(view: View, node: ast.AST, depth: int) -> Shape | None:
         return list(found) if isinstance(found, list) and all(isinstance(d, int) for d in found) else None
     if isinstance(node, ast.Subscript):
         inner = _shape(view, node.value, depth + 1)
-        return None if inner is None else _index(inner, node.slice)
+        return None if inner is None else _index(view, inner, node.slice)
     if isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
         inner = _shape(view, node.value, depth + 1)
         if inner is None or len(inner) < 2:
@@ -59,7 +59,7 @@ def _shape(view: View, node: ast.AST, depth: int) -> Shape | None:
     return None
 
 
-def _index(shape: Shape, index: ast.expr) -> Shape | None:
+def _index(view: View, shape: Shape, index: ast.expr) -> Shape | None:
     parts = index.elts if isinstance(index, ast.Tuple) else [index]
     result: Shape = []
     position = 0
@@ -70,14 +70,15 @@ def _index(shape: Shape, index: ast.expr) -> Shape | None:
             if part.lower is None and part.upper is None and part.step is None:
                 result.append(shape[position])
             else:
-                lower, upper = _int(part.lower) if part.lower else 0, _int(part.upper) if part.upper else shape[position]
+                lower = _int(part.lower, view) if part.lower else 0
+                upper = _int(part.upper, view) if part.upper else shape[position]
                 if lower is None or upper is None or part.step is not None:
                     return None
                 result.append(max(0, min(upper, shape[position]) - max(lower, 0)))
             position += 1
         elif isinstance(part, ast.Constant) and part.value is None:
             result.append(1)
-        elif _int(part) is not None:
+        elif _int(part, view) is not None:
             position += 1
         else:
             return None
@@ -122,12 +123,16 @@ def _reshaped(shape: Shape, sizes: list[int]) -> Shape | None:
     return result if math.prod(result) == total else None
 
 
-def _int(node: ast.AST | None) -> int | None:
+def _int(node: ast.AST | None, view: View | None = None) -> int | None:
+    """The integer `node` certainly is: a literal, or (given the view) a name holding an int."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = _int(node.operand)
+        inner = _int(node.operand, view)
         return -inner if inner is not None else None
+    if view is not None and isinstance(node, ast.Name) and view.type_of(node.id) == "int":
+        value = view.facts(node.id).get("value")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
     return None
 
 

@@ -37,7 +37,8 @@ def propose(view: View) -> Iterator[Candidate | None]:
     statement = view.statement
     if statement is None or not ("OutOfMemoryError" in view.exception_types or view.says(OOM)):
         return
-    if view.says(BUSY) or others_hold_more(view.message) or not view.uses_module("torch"):
+    if view.says(BUSY) or others_hold_more(view.message) or not (view.uses_module("torch")
+                                                                  or "torch" not in view.source_names):
         return
     for call in make.module_calls(view):
         if not call.args or any(isinstance(a, ast.Starred) for a in call.args):
@@ -51,6 +52,15 @@ def propose(view: View) -> Iterator[Candidate | None]:
 
 
 def _chunked(view: View, statement: ast.stmt, call: ast.Call, size: int, total: int) -> Candidate | None:
+    """`_chunks`, with `import torch` before the statement when the function does not reach torch itself."""
+    found = _chunks(view, statement, call, size, total)
+    if found is None or view.uses_module("torch"):
+        return found
+    found.code = edits.with_line_before(view, found.code, statement, "import torch") or ""
+    return found if found.code else None
+
+
+def _chunks(view: View, statement: ast.stmt, call: ast.Call, size: int, total: int) -> Candidate | None:
     """The statement with `call` made on chunks of `size` rows of its first argument.
 
     No comprehension in the new code reads a local of the function (only its own variable and the
