@@ -1,4 +1,4 @@
-"""`python -m DLFailureBenchmark [--quick] [--case ID ...] [--scenario NAME ...] [--set NAME ...] [--out DIR]`."""
+"""`python -m DLFailureBenchmark [--quick|--smoke] [--case ID ...] [--scenario NAME ...] [--set NAME ...] [--out DIR]`."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="the CI subset, with fewer repeats (under 3 minutes); with --case or --set, only "
                              "the fewer repeats")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the test suite's end-to-end check: the first 2 quick cases (or those named), "
+                             "one checkpoint-retry run, no overhead measure (about 1 minute)")
     parser.add_argument("--out", type=Path, default=cases.HERE / "results",
                         help="where results.json and results.md go (default: DLFailureBenchmark/results)")
     parser.add_argument("--workdir", type=Path, help="keep every run's folder here (default: a temporary folder)")
@@ -38,11 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     subset = options.quick and not (options.case or options.set)
     selected = cases.select(options.case, options.scenario, quick=subset, sets=options.set)
+    if options.smoke and not (options.case or options.set):
+        selected = cases.select(quick=True)[:2]
     if options.list:
         for case in selected:
             print(f"{case.id:<42} {case.set:<9} {case.scenario:<18} {case.description}")
         return 0
-    plan = harness.QUICK if options.quick else harness.Plan()
+    plan = harness.SMOKE if options.smoke else harness.QUICK if options.quick else harness.Plan()
     results = harness.run_all(selected, plan, options.workdir, _progress)
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

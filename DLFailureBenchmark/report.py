@@ -1,8 +1,19 @@
-"""The results as a table: for the terminal, and as Markdown for the benchmark's README."""
+"""The results as a table: for the terminal, and as Markdown for the benchmark's README.
+
+`python -m DLFailureBenchmark.report [--results FILE] [--plot [PNG]]` prints the table of a
+`results.json` again, and with `--plot` draws it (`DLFailureBenchmark.figure`).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+HERE = Path(__file__).resolve().parent
+FIGURE = HERE / "restore_vs_retry.png"
 
 COLUMNS = ("case", "set", "scenario", "crashed", "crash at", "replay", "restore ms", "auto", "auto ms",
            "candidates / trials / time to repair", "retry s (redone)", "speed-up", "overhead")
@@ -81,3 +92,31 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r)) + " |" for r in results["cases"]]
     lines += [""] + [f"- {line}" for line in summary_lines(results["summary"])]
     return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m DLFailureBenchmark.report", description="Show a run's results.")
+    parser.add_argument("--results", type=Path, default=HERE / "results" / "results.json",
+                        help="a results.json written by `python -m DLFailureBenchmark` (default: its default --out)")
+    parser.add_argument("--plot", type=Path, nargs="?", const=FIGURE, metavar="PNG",
+                        help=f"draw restore time vs checkpoint-retry per case (default file: {FIGURE.name} here)")
+    options = parser.parse_args(argv)
+    try:
+        results = json.loads(options.results.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        print(f"cannot read the results {options.results}: {error}", file=sys.stderr)
+        return 2
+    print(text_table(results))
+    if options.plot is not None:
+        try:
+            from DLFailureBenchmark.figure import draw
+
+            print(f"\nfigure written: {draw(results, options.plot)}")
+        except ImportError as missing:
+            print(f"--plot needs matplotlib ({missing}): pip install 'daifu[plot]'", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

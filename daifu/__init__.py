@@ -12,13 +12,18 @@ submodule) stays light.
 from __future__ import annotations
 
 import importlib
+import time
 from typing import TYPE_CHECKING, Any
+
+IMPORTED_AT = time.time()
+"""When the program imported DaiFu: near its start, so `daifu show --plot` can tell what a restart costs."""
 
 if TYPE_CHECKING:
     from daifu.config import TRANSFORM_REGISTRY, configure, set_policy, settings
     from daifu.core.crash import Crash
-    from daifu.core.decisions import Action, Patch, Raise, Retry, Skip, SkipIteration, Surgery
+    from daifu.core.decisions import Action, Patch, Plays, Raise, Retry, Skip, SkipIteration, Surgery
     from daifu.core.trial import Verdict
+    from daifu.store.metrics import log_checkpoint, log_metric
     from daifu.store.record import log_program_end
     from daifu.vaccinate import transform
 
@@ -26,6 +31,7 @@ __all__ = [
     "Action",
     "Patch",
     "Crash",
+    "Plays",
     "Raise",
     "Retry",
     "Skip",
@@ -35,6 +41,8 @@ __all__ = [
     "Verdict",
     "__version__",
     "configure",
+    "log_checkpoint",
+    "log_metric",
     "log_program_end",
     "logger",
     "repair",
@@ -46,6 +54,7 @@ __all__ = [
 _PUBLIC = {
     "Action": "daifu.core.decisions",
     "Patch": "daifu.core.decisions",
+    "Plays": "daifu.core.decisions",
     "Raise": "daifu.core.decisions",
     "Retry": "daifu.core.decisions",
     "Skip": "daifu.core.decisions",
@@ -58,6 +67,8 @@ _PUBLIC = {
     "set_policy": "daifu.config",
     "settings": "daifu.config",
     "log_program_end": "daifu.store.record",
+    "log_metric": "daifu.store.metrics",
+    "log_checkpoint": "daifu.store.metrics",
     "transform": "daifu.vaccinate",
 }
 
@@ -67,8 +78,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_PUBLIC[name]), name)
     elif name == "repair":
         value = importlib.import_module("daifu.repair")
-    elif name == "logger":  # the prototype's `daifu.logger`: loguru's logger, loaded when asked
-        value = importlib.import_module("loguru").logger
+    elif name == "logger":  # the prototype's `daifu.logger`: loguru's logger, its lines in the record
+        value = importlib.import_module("daifu.store.record").loguru_logger()
     elif name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 

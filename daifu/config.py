@@ -18,10 +18,11 @@ APPROVALS = ("ask", "auto", "never")
 
 TRANSFORM_REGISTRY: dict[str, Any] = {
     "IS_AUTOMATIC": False,
-    "REPEAT_ACTIONS": None,
     "DIRECTLY_RETRY": False,
     "DIRECTLY_RETRY_FIRST": False,
 }
+"""The prototype's switches. `REPEAT_ACTIONS` has no default: as in the prototype, setting it at
+all (even to `None`) marks a repeated experiment, whose record `log_program_end` copies."""
 _REGISTRY_DEFAULTS = dict(TRANSFORM_REGISTRY)
 
 

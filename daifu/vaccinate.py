@@ -5,6 +5,10 @@ signature and closure, and gets the vaccinated code (`function.__code__`), as li
 do. Every reference to it — a decorator's wrapper below `@daifu.transform` (`functools.wraps`
 wrappers, `torch.no_grad()`, `functools.lru_cache`...), a method's descriptor, a registry — runs
 the vaccinated code, and the decorators keep doing what they did.
+
+`@daifu.transform(globals())`, the prototype's form, gives the function the prototype's scope
+model (its variables are module globals, see `daifu.core.seedscope`): the function object then
+gets a wrapper's code that enters that scope and calls the vaccinated body.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Any, TypeVar, overload
 from daifu import config
 from daifu.core.crash import Crash
 from daifu.core.decisions import Decision
+from daifu.core import seedscope
+from daifu.core.compiling import compile_definition, future_flags
 from daifu.core.resume import RepairEntry, Vaccine
 from daifu.core.source import SourceUnavailable, function_source
 from daifu.decide import chain
@@ -55,33 +61,43 @@ def transform(target: dict[str, Any] | None = None) -> Callable[[F], F]: ...
 def transform(target: Any = None) -> Any:
     """Vaccinate a function: a crash inside it is caught in place and can be repaired and resumed.
 
-    Usable as `@daifu.transform`, `@daifu.transform()` and the seed's `@daifu.transform(globals())`.
+    Usable as `@daifu.transform` and `@daifu.transform()` (the function keeps ordinary local
+    variables), and as the prototype's `@daifu.transform(globals())`, which keeps the prototype's
+    scope model: the function's variables are its module's globals (`daifu.core.seedscope`). The
+    dict must be the function's own module globals (`TypeError` otherwise).
     Works on functions, methods, static and class methods, properties, and functions under other
     decorators that say what they wrap (`functools.wraps`, `torch.no_grad()`, `lru_cache`...).
     Generator and async functions raise `TypeError`. A function whose source cannot be read runs
     unvaccinated, with a warning. Returns `target` itself, vaccinated.
     """
     if target is None or isinstance(target, dict):
+        module = target
 
         def decorate(function: F) -> F:
-            return _vaccinate(function, sys._getframe(1))  # type: ignore[no-any-return]
+            return _vaccinate(function, sys._getframe(1), module)  # type: ignore[no-any-return]
 
         return decorate
     return _vaccinate(target, sys._getframe(1))
 
 
-def _vaccinate(target: Any, caller: FrameType) -> Any:
+def _vaccinate(target: Any, caller: FrameType, module: dict[str, Any] | None = None) -> Any:
     if isinstance(target, (staticmethod, classmethod)):
-        _vaccinate(target.__func__, caller)
+        _vaccinate(target.__func__, caller, module)
         return target
     if isinstance(target, property):
         if target.fget is not None:
-            _vaccinate(target.fget, caller)
+            _vaccinate(target.fget, caller, module)
         return target
     inner = _innermost(target, caller)
     if inner is None:
         warnings.warn(f"daifu.transform: {target!r} is not a plain function; left unvaccinated", RuntimeWarning, 3)
         return target
+    if module is not None and module is not inner.__globals__:
+        raise TypeError(
+            f"daifu.transform(globals()) on {inner.__qualname__!r}: the dict given must be the globals of the "
+            f"module that defines it ({inner.__module__!r}); call globals() in that module, or use "
+            "@daifu.transform for ordinary local variables"
+        )
     if getattr(inner, "__daifu__", None) is not None:
         return target
     if inspect.isgeneratorfunction(inner) or inspect.iscoroutinefunction(inner) or inspect.isasyncgenfunction(inner):
@@ -101,8 +117,20 @@ def _vaccinate(target: Any, caller: FrameType) -> Any:
             3,
         )
         return target
+    if module is not None and "__class__" in inner.__code__.co_freevars:
+        warnings.warn(
+            f"daifu.transform(globals()): {inner.__qualname__!r} calls zero-argument super(), which needs its "
+            "arguments as locals; it is vaccinated with ordinary local variables (as @daifu.transform). "
+            "Write super(Class, self) to keep the prototype's scope model.",
+            RuntimeWarning,
+            3,
+        )
+        module = None
     try:
-        vaccine = Vaccine(inner, source, first_lineno, HANDLING)
+        if module is None:
+            vaccine = Vaccine(inner, source, first_lineno, HANDLING)
+        else:
+            vaccine = _seed_vaccine(inner, source, first_lineno)
     except Exception as error:  # fail open: never break the user's import
         warnings.warn(
             f"daifu.transform could not vaccinate {inner.__qualname__!r} ({error!r}); it runs unvaccinated",
@@ -113,6 +141,27 @@ def _vaccinate(target: Any, caller: FrameType) -> Any:
     inner.__daifu__ = vaccine  # type: ignore[attr-defined]
     record.program_begin()
     return target
+
+
+def _seed_vaccine(function: FunctionType, source: str, first_lineno: int) -> Vaccine:
+    """Vaccinate `function` under the prototype's scope model (`daifu.core.seedscope`).
+
+    The runtime vaccinates a body function made for it (same code, globals and closure to begin
+    with; the vaccinated body replaces its code); `function` itself gets the code of a wrapper with
+    its own signature and closure, which enters the scope, calls the body and leaves the scope.
+    """
+    code = function.__code__
+    body = FunctionType(code, function.__globals__, code.co_name, function.__defaults__, function.__closure__)
+    body.__kwdefaults__, body.__qualname__ = function.__kwdefaults__, function.__qualname__
+    scope = seedscope.SeedScope(function.__globals__, seedscope.SeedNames(()))
+    vaccine = Vaccine(body, source, first_lineno, HANDLING, seed=scope)
+    scope.body = body
+    wrapper = seedscope.wrapper_definition(vaccine.current.fdef, code.co_freevars)
+    wrapper_code = compile_definition(wrapper, code.co_filename, future_flags(code), code.co_freevars, scope)
+    if sys.version_info >= (3, 11):
+        wrapper_code = wrapper_code.replace(co_qualname=function.__qualname__)
+    function.__code__ = wrapper_code
+    return vaccine
 
 
 def _innermost(target: Any, caller: FrameType) -> FunctionType | None:

@@ -3,8 +3,8 @@
     python -m torch.distributed.run --nproc_per_node=2 --standalone examples/distributed_training.py SCENARIO OUT_DIR
 
 SCENARIO: `none` (the fixed program), `shape` (the same shape bug on every rank, repaired by one
-surgery that rank 0's policy decides), `rank1` (an exceptional batch on rank 1 only, repaired there
-by an action), `allreduce` (a transient all-reduce fault on rank 1, retried), `fatal` (an
+surgery that rank 0's policy decides after a trial), `rank1` (an exceptional batch on rank 1 only,
+repaired there by an action after a trial), `allreduce` (a transient all-reduce fault on rank 1, retried), `fatal` (an
 unrepairable error on rank 1), `restart` (no crash: load OUT_DIR/checkpoint.pt and redo
 `DAIFU_LOST_STEPS` steps — what restarting from the last checkpoint costs). Rank 0 saves a
 checkpoint every 3 steps; each rank saves its final parameters to OUT_DIR/rank<r>.pt.
@@ -12,6 +12,7 @@ checkpoint every 3 steps; each rank saves its final parameters to OUT_DIR/rank<r
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from datetime import timedelta
@@ -84,11 +85,20 @@ def train(
     return step
 
 
+def tried(crash: daifu.Crash, decision: daifu.Decision) -> daifu.Decision:
+    """`decision` if its trial on a copy of this rank passes (the copy never touches the process
+    group: its collective stops it); the verdict is kept in OUT_DIR/trial.rank<r>.json."""
+    verdict = crash.trial(decision)
+    with open(os.path.join(OUT, f"trial.rank{dist.get_rank()}.json"), "w") as stream:
+        json.dump(verdict.to_data(), stream)
+    return decision if verdict.passed else daifu.Raise()
+
+
 def policy(crash: daifu.Crash) -> daifu.Decision | None:
     if SCENARIO == "shape" and dist.get_rank() == 0:  # only rank 0 has a policy: rank 1 follows it
-        return daifu.Surgery(crash.source.replace("x.view(x.shape[0], 2, 3) if", "x if"))
+        return tried(crash, daifu.Surgery(crash.source.replace("x.view(x.shape[0], 2, 3) if", "x if")))
     if SCENARIO == "rank1":
-        return daifu.Action("inputs = torch.nan_to_num(inputs, posinf=0.0)")
+        return tried(crash, daifu.Action("inputs = torch.nan_to_num(inputs, posinf=0.0)"))
     if SCENARIO == "allreduce":
         return daifu.Retry()
     return None

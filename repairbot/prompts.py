@@ -1,8 +1,10 @@
 """The LLM prompt: one request per crash, from template files in `prompts/` filled in from the report.
 
-The folder is `$DAIFU_PROMPTS_DIR` if set, else `prompts/` beside the `repairbot` package, so a
-user can tune the wording without touching code. Templates use `string.Template` (`$name`):
-`system.txt` is the system message, `repair.txt` the user message.
+The folder is `$DAIFU_PROMPTS_DIR` if set, so a user can tune the wording without touching code;
+else the templates of the installed package (a wheel carries the project's top-level `prompts/`
+folder as `repairbot/templates/`), or, in a source tree, `prompts/` beside the `repairbot` package.
+Templates use `string.Template` (`$name`): `system.txt` is the system message, `repair.txt` the
+user message.
 
 Everything the model needs is sent once: the numbered source of the paused function (and of the
 callee where the crash happened below it), the live values with the facts the rules engine reads
@@ -37,7 +39,11 @@ class PromptError(RuntimeError):
 def prompts_dir() -> Path:
     """Where the templates are read from."""
     configured = os.environ.get("DAIFU_PROMPTS_DIR")
-    return Path(configured) if configured else Path(__file__).resolve().parent.parent / "prompts"
+    if configured:
+        return Path(configured)
+    package = Path(__file__).resolve().parent
+    installed = package / "templates"
+    return installed if installed.is_dir() else package.parent / "prompts"
 
 
 def read(name: str) -> str:

@@ -1,14 +1,21 @@
-"""Driving a program through a real pseudo-terminal, as a person at the `(DaiFu)` prompt would."""
+"""Driving a program through a real pseudo-terminal, as a person at the `(DaiFu)` prompt would.
+
+pexpect is imported when a terminal is spawned: `child_env` serves tests that run a program with
+no terminal at all, which need no pexpect.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pexpect
+if TYPE_CHECKING:
+    import pexpect
 
 PROGRAMS = Path(__file__).parent / "programs"
 PROMPT = "(DaiFu) "
@@ -16,13 +23,12 @@ TIMEOUT = 30  # seconds: a hung child fails the test instead of hanging CI
 
 
 def child_env(tmp_path: Path, colour: bool = False, **extra: str) -> dict[str, str]:
-    """The environment of a child: workspace and record in `tmp_path`, no colour unless asked."""
+    """The environment of a child: workspace and record in `tmp_path`, a terminal without colours unless asked."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("DAIFU_") and k not in ("NO_COLOR", "VISUAL", "EDITOR")
     }
-    env.update(DAIFU_WORKSPACE=str(tmp_path / "ws"), DAIFU_RECORD=str(tmp_path / "experiment_record.log"), TERM="dumb")
-    if not colour:
-        env["NO_COLOR"] = "1"
+    env.update(DAIFU_WORKSPACE=str(tmp_path / "ws"), DAIFU_RECORD=str(tmp_path / "experiment_record.log"))
+    env["TERM"] = "xterm-256color" if colour else "dumb"
     env.update(extra)
     return env
 
@@ -38,6 +44,25 @@ class Terminal:
         self.child.expect_exact(PROMPT)
         return _clean(self.child.before)
 
+    def wait_reading(self) -> None:
+        """Wait until the child sleeps in its read of the terminal, not just until its prompt is drawn.
+
+        readline draws the prompt before it waits for input; a Ctrl-C sent in between sets Python's
+        pending-signal flag, and the wait that follows does not see it until the next key. A
+        person never types that fast; a test must not either. Linux only (`/proc`); elsewhere a pause.
+        """
+        stat = Path(f"/proc/{self.child.pid}/stat")
+        if not stat.exists():
+            time.sleep(1.0)
+            return
+        deadline, asleep = time.monotonic() + TIMEOUT, 0
+        while asleep < 3:  # sleeping at three looks in a row, 20 ms apart: waiting for input
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the child {self.child.pid} never waited for input")
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+            asleep = asleep + 1 if state == "S" else 0
+            time.sleep(0.02)
+
     def command(self, line: str) -> str:
         self.child.sendline(line)
         return self.wait_prompt()
@@ -52,6 +77,8 @@ class Terminal:
         return self.finish()
 
     def finish(self) -> str:
+        import pexpect
+
         self.child.expect(pexpect.EOF)
         self.child.close()
         return _clean(self.child.before)
@@ -71,6 +98,8 @@ def spawn(
     tmp_path: Path, args: Sequence[str], colour: bool = False, command: str = sys.executable, **extra: str
 ) -> Terminal:
     """Start `command args` under a pseudo-terminal in `tmp_path`."""
+    import pexpect
+
     child = pexpect.spawn(
         command,
         list(args),

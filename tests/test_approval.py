@@ -1,12 +1,17 @@
 """The approval prompt for repair-bot suggestions, answered through a scripted `input`."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
 import pytest
+
+for _package in ("pydantic", "httpx"):
+    pytest.importorskip(_package)
 
 import daifu
 from daifu.console.approval import approval_prompt
@@ -66,6 +71,9 @@ def test_apply_takes_the_surgery_after_showing_its_diff(
     assert vaccinated([1, "2", 3]) == 6
     out = capsys.readouterr().out
     assert "a str in a list of ints" in out and "+            total = total + int(item)" in out and "Check: ok" in out
+    faulty = Path(__file__).read_text().splitlines().index("            total = total + item") + 1
+    where = f"{__file__}:{faulty}: total = total + int(item)"
+    assert f"Applying suggestion 1 (surgery): the new add_all resumes at {where}.\n" in out
 
 
 def test_reject_and_next_move_through_the_suggestions(
@@ -102,6 +110,6 @@ def test_edit_reads_the_workspace_file_back(monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_quit_opens_the_console(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     vaccinated = prompting(Suggestion("retry", "", "try again"))
-    answering(monkeypatch, "q", "pass", "q")  # the console reads its commands through input() too
+    answering(monkeypatch, "q", "skip", "q")  # the console reads its commands through input() too
     assert vaccinated([1, "2", 3]) == 4
     assert "DaiFu caught TypeError" in capsys.readouterr().out

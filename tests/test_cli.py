@@ -1,5 +1,6 @@
 """The `daifu` command: running a script it does not edit, reading the record, usage errors."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pexpect")
 
 from daifu.cli import main as cli
 from tests.terminal import PROGRAMS, TIMEOUT, child_env, program, spawn
@@ -41,7 +44,7 @@ def test_run_vaccinates_a_script_that_does_not_import_daifu(tmp_path: Path) -> N
     before = (PROGRAMS / "plain.py").read_text()
     terminal = spawn(tmp_path, ["run", program("plain.py"), "--lr", "3"], command=DAIFU)
     assert "TypeError" in terminal.wait_prompt()
-    terminal.command("pass")
+    terminal.command("skip")
     out = terminal.leave("q")
     assert "FINAL out=[3, 5, 9] argv=['--lr', '3']" in out and terminal.status == 0
     assert (PROGRAMS / "plain.py").read_text() == before
@@ -50,7 +53,7 @@ def test_run_vaccinates_a_script_that_does_not_import_daifu(tmp_path: Path) -> N
 def test_replay_command_reapplies_the_last_run(tmp_path: Path) -> None:
     terminal = spawn(tmp_path, ["run", program("plain.py")], command=DAIFU)
     terminal.wait_prompt()
-    terminal.command("pass")
+    terminal.command("skip")
     terminal.leave("q")
     result = subprocess.run(
         [DAIFU, "replay", program("plain.py")],

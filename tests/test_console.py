@@ -1,11 +1,15 @@
 """The `(DaiFu)` console, typed at through a real pseudo-terminal; one behaviour per test."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pexpect")
 
 from daifu.console.session import COMMANDS
 from tests.terminal import Terminal, line_of, program, spawn
@@ -33,15 +37,27 @@ def test_describe_marks_the_faulty_line_and_shows_live_values(tmp_path: Path) ->
     assert f">> {line}          {FAULTY}" in shown
     assert f"   {line - 1}      for item in data:" in shown
     assert "└ '3'" in shown and "TypeError: unsupported operand type(s) for +: 'int' and 'str'" in shown
-    terminal.command("pass")
+    terminal.command("skip")
     terminal.leave("q")
+
+
+def test_describe_without_better_exceptions_shows_pythons_traceback_and_says_why(tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden"  # a machine without the `daifu[console]` extra
+    hidden.mkdir()
+    (hidden / "better_exceptions.py").write_text("raise ImportError('not installed', name='better_exceptions')\n")
+    terminal = crashed(tmp_path, PYTHONPATH=os.pathsep.join([str(hidden), os.environ.get("PYTHONPATH", "")]))
+    shown = terminal.command("describe")
+    assert f">> {line_of('accumulate.py', FAULTY)}" in shown and "Traceback (most recent call last)" in shown
+    assert "(values not shown: better_exceptions is not installed; pip install 'daifu[console]')" in shown
+    terminal.command("skip")
+    assert "FINAL total=7" in terminal.leave("q")
 
 
 def test_pdb_commands_see_the_live_frame(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
     assert "(3, '3', [1, 2])" in terminal.command("p total, item, seen")
     assert f"accumulate.py({line_of('accumulate.py', FAULTY)})main()" in terminal.command("w")
-    terminal.command("pass")
+    terminal.command("skip")
     assert "FINAL total=7 seen=[1, 2, '3', 4]" in terminal.leave("q")
 
 
@@ -55,6 +71,8 @@ def test_surgery_resumes_at_the_faulty_statement_with_the_state_kept(tmp_path: P
     assert f"-        {FAULTY}" in shown and "+        total = total + int(item)" in shown
     assert "Surgery accepted" in shown
     out = terminal.leave("q")
+    where = f"{program('accumulate.py')}:{line_of('accumulate.py', FAULTY)}"
+    assert f"Leaving the console with Surgery: the new main resumes at {where}: total = total + int(item)." in out
     assert "FINAL total=10 seen=[1, 2, '3', 4] trace=None" in out
     assert terminal.status == 0
     record = [json.loads(line) for line in (terminal.workspace / "repairs.jsonl").read_text().splitlines()]
@@ -66,7 +84,10 @@ def test_action_runs_in_the_faulty_frame_then_retries(tmp_path: Path) -> None:
     terminal.command("focus")
     terminal.action_file().write_text("item = int(item)\n")
     assert "Action accepted" in terminal.command("action")
-    assert "FINAL total=10 seen=[1, 2, 3, 4] trace=None" in terminal.leave("q")
+    out = terminal.leave("q")
+    where = f"{program('accumulate.py')}:{line_of('accumulate.py', FAULTY)}"
+    assert f"the action runs in the faulty frame, then the run resumes at {where}: {FAULTY} (run again)." in out
+    assert "FINAL total=10 seen=[1, 2, 3, 4] trace=None" in out
 
 
 def test_a_failing_action_brings_the_console_back_with_the_reason(tmp_path: Path) -> None:
@@ -83,10 +104,18 @@ def test_a_failing_action_brings_the_console_back_with_the_reason(tmp_path: Path
     assert "FINAL total=10 seen=[1, 2, 3, 4]" in terminal.leave("q")
 
 
-def test_pass_skips_the_faulty_statement(tmp_path: Path) -> None:
+def test_skip_goes_on_after_the_faulty_statement(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
-    terminal.command("pass")
+    assert "Skip: it takes effect" in terminal.command("skip")
     assert "FINAL total=7 seen=[1, 2, '3', 4] trace=None" in terminal.leave("continue")
+
+
+def test_pass_runs_the_statement_again_as_the_prototype_did(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "flaky.py")
+    assert "Pass: it takes effect" in terminal.command("pass")
+    assert "FINAL got=[0, 10, 20] calls=4" in terminal.leave("q")
+    plays = [line.rsplit(" - ", 1)[1] for line in (tmp_path / "experiment_record.log").read_text().splitlines()]
+    assert "Repairing... Pass" in plays
 
 
 def test_retry_runs_the_statement_again(tmp_path: Path) -> None:
@@ -147,36 +176,37 @@ def test_help_lists_every_daifu_command(tmp_path: Path) -> None:
     for name in COMMANDS:
         assert f"\n  {name:<10} " in listing
     assert "focus\n" in terminal.command("help focus")
-    terminal.command("pass")
+    terminal.command("skip")
     terminal.leave("q")
 
 
 def test_stepping_is_refused_and_the_session_goes_on(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
     assert "Stepping is not available" in terminal.command("next")
-    terminal.command("pass")
+    terminal.command("skip")
     assert "FINAL total=7" in terminal.leave("q")
 
 
 def test_ctrl_c_at_the_prompt_keeps_the_session(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
+    terminal.wait_reading()
     terminal.child.sendintr()
     terminal.child.expect_exact("--KeyboardInterrupt--")
     terminal.wait_prompt()
-    terminal.command("pass")
+    terminal.command("skip")
     assert "FINAL total=7" in terminal.leave("q")
 
 
 def test_broadcast_is_applied_by_the_next_process_without_asking(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
-    terminal.command("pass")
+    terminal.command("skip")
     assert "Broadcast saved to" in terminal.command("broadcast")
     terminal.leave("q")
     saved = json.loads((terminal.workspace / "1.broadcast").read_text())
-    assert saved["plays"] == [{"play": "Pass", "code": None}] and saved["exception_type"] == "TypeError"
+    assert saved["plays"] == [{"play": "Skip", "code": None}] and saved["exception_type"] == "TypeError"
     again = spawn(tmp_path, [program("accumulate.py")])
     out = again.finish()
-    assert "applying Pass from the broadcast" in out and "FINAL total=7" in out and "(DaiFu)" not in out
+    assert "applying Skip from the broadcast" in out and "FINAL total=7" in out and "(DaiFu)" not in out
 
 
 def test_report_shows_the_crash_report(tmp_path: Path) -> None:
@@ -184,7 +214,7 @@ def test_report_shows_the_crash_report(tmp_path: Path) -> None:
     terminal = crashed(tmp_path)
     shown = terminal.command("report")
     assert "Crash report" in shown and "total = total + item" in shown
-    terminal.command("pass")
+    terminal.command("skip")
     terminal.leave("q")
 
 
@@ -196,6 +226,15 @@ def test_diff_is_coloured_on_a_terminal_without_no_color(tmp_path: Path) -> None
     assert "FINAL total=10" in terminal.leave("q")
 
 
+def test_a_dumb_terminal_gets_no_colours(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, TERM="dumb")  # a terminal, NO_COLOR unset, but TERM says it has no colours
+    terminal.command("focus")
+    fix_surgery_file(terminal, *FIXED_SOURCE)
+    shown = terminal.command("surgery")
+    assert "+        total = total + int(item)" in shown and "\x1b[" not in shown
+    assert "FINAL total=10" in terminal.leave("q")
+
+
 @pytest.mark.torch
 def test_describe_shows_tensors_by_shape_dtype_and_device(tmp_path: Path) -> None:
     pytest.importorskip("torch")
@@ -204,3 +243,15 @@ def test_describe_shows_tensors_by_shape_dtype_and_device(tmp_path: Path) -> Non
     assert "tensor(shape=[2, 3], dtype=float32, device=cpu)" in shown
     assert "tensor(shape=[4, 5], dtype=float32, device=cpu)" in shown
     terminal.leave("exit")
+
+
+def test_trial_tries_a_repair_on_a_copy_and_changes_nothing(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path)
+    terminal.command("focus")
+    fix_surgery_file(terminal, *FIXED_SOURCE)
+    shown = terminal.command("trial surgery")
+    assert "trial: " in shown and "state kept" in shown, shown
+    assert "raised TypeError" in terminal.command("trial retry")
+    assert "(3, '3', [1, 2])" in terminal.command("p total, item, seen")  # the live frame is as it was
+    terminal.command("skip")
+    assert "FINAL total=7 seen=[1, 2, '3', 4]" in terminal.leave("q")

@@ -34,6 +34,10 @@ def launch(scenario: str, folder: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def trial_of(folder: Path, rank: int) -> dict:
+    return json.loads((folder / "out" / f"trial.rank{rank}.json").read_text())
+
+
 def parameters(folder: Path, rank: int) -> dict[str, torch.Tensor]:
     return torch.load(folder / "out" / f"rank{rank}.pt")
 
@@ -67,6 +71,9 @@ def test_same_bug_on_every_rank_gets_one_surgery_that_all_apply(tmp_path: Path, 
     assert (leader["decision"], leader["decided_by"], leader["rank"]) == ("Surgery", "policy", 0)
     assert (follower["decision"], follower["decided_by"], follower["rank"]) == ("Surgery", "leader rank", 1)
     assert follower["code"] == leader["code"]
+    verdict = trial_of(tmp_path, 0)  # tried on a copy of rank 0, stopped at its all_reduce: the group untouched
+    assert (verdict["outcome"], verdict["spoilt"], verdict["discarded"]) == ("stopped at effect", [], [])
+    assert "all_reduce" in verdict["detail"]
     shown = subprocess.run(
         [sys.executable, "-m", "daifu", "show"],
         cwd=tmp_path,
@@ -88,6 +95,8 @@ def test_crash_on_one_rank_is_repaired_there_while_the_other_waits(tmp_path: Pat
     [repair] = repairs(tmp_path, 1)
     assert (repair["decision"], repair["decided_by"]) == ("Action", "policy")
     assert repair["exception_type"] == "FloatingPointError"
+    verdict = trial_of(tmp_path, 1)  # rank 1's copy ran its step locally and stopped at the collective
+    assert verdict["outcome"] == "stopped at effect" and "all_reduce" in verdict["detail"]
 
 
 def test_transient_all_reduce_fault_is_retried(tmp_path: Path, reference) -> None:

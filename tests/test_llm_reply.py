@@ -1,10 +1,13 @@
 """Reading a model's reply (`repairbot.llm_reply`) and making its code a repair (`repairbot.llm_code`)."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
 
 import pytest
+
+pytest.importorskip("pydantic")
 
 from repairbot.llm_code import (
     CodeError,

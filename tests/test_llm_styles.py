@@ -5,14 +5,21 @@ number of model calls; and, for the model's best suggestion, that applying it as
 would really completes the crashed work.
 """
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+
+from tests.extras import BOT
+
+for _package in (*BOT, "openai"):
+    pytest.importorskip(_package)
+
+import httpx
 
 import daifu
 from daifu.state import RUN

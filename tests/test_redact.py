@@ -211,3 +211,10 @@ def test_no_planted_secret_reaches_the_bot_the_record_or_daifu_report(
     assert callee["function"] == "open_session" and 'session_key = "<redacted:secret>"' in callee["source"]
     assert set(report["environment"]) == {"python", "platform", "torch", "cuda", "devices"}
     assert "The crash report sent to the repair bot" in shown and "<redacted:" in shown
+
+
+def test_the_working_directory_is_not_a_secret(monkeypatch) -> None:
+    monkeypatch.setenv("PWD", "/home/me/project")
+    monkeypatch.setenv("OLDPWD", "/home/me")
+    assert not is_secret_key("PWD") and not is_secret_key("OLDPWD") and is_secret_key("db_pwd")
+    assert redact("/home/me/project/train.py:12") == "/home/me/project/train.py:12"

@@ -5,6 +5,7 @@ endpoint's own error messages; retries; the deadline, and the client going away;
 for local servers. The reply styles themselves are in `tests/test_llm_styles.py`.
 """
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
@@ -16,8 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+
+from tests.extras import BOT
+
+for _package in (*BOT, "openai"):
+    pytest.importorskip(_package)
+
+import httpx
 
 from repairbot.protocol import Attempt, CrashReport
 from repairbot.openai_backend import OpenAIBackend, forget_capabilities

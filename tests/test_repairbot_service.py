@@ -1,11 +1,18 @@
 """The repair bot's HTTP service, on a real uvicorn server on 127.0.0.1."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
+
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
+import httpx
 
 from repairbot.protocol import fingerprint
 from repairbot.server import start_in_thread

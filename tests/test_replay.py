@@ -1,11 +1,16 @@
 """Replaying a recorded run: no input, the same decisions, and a clear stop where the run departs."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pexpect")
 
 from tests.terminal import TIMEOUT, child_env, line_of, program, spawn
 
@@ -54,10 +59,26 @@ def test_repeat_actions_reads_the_action_file(tmp_path: Path) -> None:
 
 
 def test_a_list_of_plays_answers_one_crash_in_order(tmp_path: Path) -> None:
-    result = run_without_terminal(tmp_path, REPEAT_ACTIONS='[["Retry", "Pass"]]')
-    assert "FINAL total=7" in result.stdout
-    plays = [line.rsplit(" - ", 1)[1] for line in record_lines(tmp_path) if "Repairing..." in line]
-    assert plays == ["Repairing... Retry", "Repairing... Pass"]
+    """`[['Action', 'Surgery']]`: the action converts the item at hand, the surgery changes a later line;
+    both are carried out for the one crash, then the run resumes once, at the faulty statement."""
+    workspace_file(tmp_path, "(action-1)main.py", "item = int(item)\n")
+    source = (Path(program("accumulate.py")).read_text().split("@daifu.transform\n", 1)[1]).split("\n\n\n")[0]
+    workspace_file(tmp_path, "(surgery-1)main.py", source.replace("seen.append(item)", "seen.append(str(item))"))
+    result = run_without_terminal(tmp_path, REPEAT_ACTIONS='[["Action", "Surgery"]]')
+    assert "FINAL total=10 seen=[1, 2, '3', '4']" in result.stdout, result.stderr
+    events = [line.rsplit(" - ", 1)[1] for line in record_lines(tmp_path)]
+    assert events[1:5] == ["Repair 1 Begin", "Repairing... Action", "Repairing... Surgery", "Repair 1 End"]
+
+
+def test_pass_in_a_seed_record_runs_the_statement_again(tmp_path: Path) -> None:
+    """The prototype's `Pass` changes nothing and retries (here the item is still bad: a second crash,
+    repair 2); DaiFu's `Skip` goes on after the statement."""
+    result = run_without_terminal(tmp_path, REPEAT_ACTIONS='["Pass", "Skip"]')
+    assert "FINAL total=7 seen=[1, 2, '3', 4]" in result.stdout, result.stderr
+    events = [line.rsplit(" - ", 1)[1] for line in record_lines(tmp_path)]
+    assert [e for e in events if e.startswith(("Repair", "Repairing"))] == [
+        "Repair 1 Begin", "Repairing... Pass", "Repair 1 End", "Repair 2 Begin", "Repairing... Skip", "Repair 2 End",
+    ]
 
 
 def test_mode_replay_reapplies_the_recorded_run(tmp_path: Path) -> None:
@@ -107,6 +128,6 @@ def test_a_missing_workspace_file_stops_the_replay(tmp_path: Path) -> None:
 def test_a_stopped_replay_falls_back_to_the_console(tmp_path: Path) -> None:
     terminal = spawn(tmp_path, [program("accumulate.py")], REPEAT_ACTIONS='["Nonsense"]')
     terminal.wait_prompt()
-    terminal.command("pass")
+    terminal.command("skip")
     out = terminal.leave("q")
     assert "FINAL total=7" in out

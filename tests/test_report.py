@@ -1,5 +1,6 @@
 """Crash reports: what they hold, what they never hold, and how big they get."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import subprocess
@@ -7,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pydantic")
 
 import daifu
 

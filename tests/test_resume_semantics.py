@@ -389,3 +389,29 @@ def test_no_warning_is_emitted_when_nothing_crashes() -> None:
             return [x + k for k in range(3)]
 
         assert f(1) == [1, 2, 3]
+
+
+def test_the_recorded_restore_time_is_the_time_from_the_raise_to_the_resumed_statement(decide) -> None:
+    """`duration_ms` against an outside clock: the program's own timestamps around the repair."""
+    import time
+
+    from daifu.state import RUN
+
+    stamps: dict[str, float] = {}
+
+    def fail_once() -> None:
+        if "raised" not in stamps:
+            stamps["raised"] = time.perf_counter()
+            raise RuntimeError("once")
+
+    decide(daifu.Retry())
+
+    @daifu.transform
+    def f():
+        fail_once()
+        stamps["resumed"] = time.perf_counter()
+
+    f()
+    outside_ms = (stamps["resumed"] - stamps["raised"]) * 1000
+    recorded_ms = RUN.history[-1]["duration_ms"]
+    assert 0 < recorded_ms <= outside_ms and recorded_ms >= 0.5 * outside_ms, (recorded_ms, outside_ms)

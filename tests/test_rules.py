@@ -1,11 +1,14 @@
 """The rules engine on real crashes: each proposed repair, applied, makes the crash go away."""
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pydantic")
 
 from tests.botfixtures import crash_from, run_action_then_statement, surgery_function
 from daifu.core.patch import patch_function, resolve

@@ -8,13 +8,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import daifu
 
 SCRIPT = textwrap.dedent(
     """
     import daifu
 
-    @daifu.transform(globals())
+    @DECORATOR
     def main():
         values = []
         for i in range(4):
@@ -28,16 +30,23 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_function_in_a_main_script(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("decorator", "names"),
+    [
+        ("daifu.transform", ["daifu", "main"]),  # ordinary locals: nothing added to the module
+        ("daifu.transform(globals())", ["daifu", "i", "main", "values"]),  # the prototype's scope model
+    ],
+)
+def test_function_in_a_main_script(tmp_path: Path, decorator: str, names: list[str]) -> None:
     script = tmp_path / "train_script.py"
-    script.write_text(SCRIPT)
+    script.write_text(SCRIPT.replace("DECORATOR", decorator))
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(root)}
     )
     assert done.returncode == 0, done.stderr
     assert "result [-6, -12, 12]" in done.stdout
-    assert "globals ['daifu', 'main']" in done.stdout
+    assert f"globals {names}" in done.stdout
 
 
 def test_function_defined_in_an_ipython_cell(decide) -> None:

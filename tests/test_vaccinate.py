@@ -103,6 +103,19 @@ def test_recursion_and_defaults():
     assert fact(10) == 3628800
 
 
+def module_level_fact(n):
+    if n <= 1:
+        return 1
+    return n * module_level_fact(n - 1)
+
+
+def test_a_module_level_function_that_calls_itself_is_vaccinated():
+    """Its own name is a module global in its code, not a variable of the scope DaiFu compiles it in."""
+    vaccinated = daifu.transform(fresh(module_level_fact))
+    assert vaccinated.__daifu__ is not None and vaccinated(10) == 3628800
+    assert vaccinated.__code__.co_freevars == ()
+
+
 def test_calls_from_several_threads():
     @daifu.transform
     def work(seed):

@@ -1,1 +1,1 @@
-"""cli"""
+"""The daifu command: run, replay, show, report, serve, demo."""

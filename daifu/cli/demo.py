@@ -8,14 +8,20 @@ on purpose, in the three ways training runs often die:
 2. epoch 1 holds a batch with NaN values, and the loop's own check raises;
 3. epoch 2 switches to image-shaped batches that the first `Linear` layer cannot take.
 
-Each crash goes to the bot over HTTP; DaiFu validates the suggestion, applies it and resumes at
-the faulty statement, with the model, the optimizer and the step counter as they were.
+Each crash goes to the bot over HTTP; DaiFu checks the suggestion, applies it and resumes at the
+faulty statement, with the model, the optimizer and the step counter as they were. DaiFu itself
+says so on stderr as each crash happens (`DaiFu: ...`); the demo prints the training's own
+progress (the loss, epoch by epoch) and, at the end, the repairs and where the record is.
+
+Everything the run writes (checkpoints, `experiment_record.log`, the workspace with
+`repairs.jsonl` and `metrics.jsonl`) goes to one folder: a temporary one, removed at the end, or
+the folder given with `--keep`, which stays for `daifu show --record` to read.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +34,11 @@ from torch.nn import functional as F
 import daifu
 from daifu.state import RUN
 
+EPOCHS = 4
+BATCHES = 10
 
-def make_batches(epoch: int, count: int = 10, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
+
+def make_batches(epoch: int, count: int = BATCHES, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Generated data: the class of a 16-feature sample follows a fixed linear rule."""
     generator = torch.Generator().manual_seed(epoch)
     rule = torch.randn(16, 3, generator=torch.Generator().manual_seed(1234))
@@ -45,11 +54,11 @@ def make_batches(epoch: int, count: int = 10, size: int = 32) -> list[tuple[torc
     return batches
 
 
-@daifu.transform
 def train(model: nn.Module, optimizer: torch.optim.Optimizer, epochs: int, checkpoints: str, log: list) -> int:
     step = 0
     for epoch in range(epochs):
-        for x, y in make_batches(epoch):
+        batches = make_batches(epoch)
+        for x, y in batches:
             logits = model(x)
             loss = F.cross_entropy(logits, y)
             if not torch.isfinite(loss):
@@ -59,61 +68,99 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer, epochs: int, check
             optimizer.step()
             step += 1
             log.append((epoch, step, loss.item()))
+            daifu.log_metric(step, loss.item())
+        epoch_done(epoch, len(batches), log)
         torch.save({"model": model.state_dict(), "step": step}, os.path.join(checkpoints, f"epoch{epoch}.pt"))
+        daifu.log_checkpoint(step)
     return step
 
 
-def main(epochs: int = 4, workdir: str | None = None) -> dict[str, Any]:
-    """Run the demo; returns what happened (for tests), after printing it."""
+def epoch_done(epoch: int, batches: int, log: list[tuple[int, int, float]]) -> None:
+    """Print the epoch's losses as it ends: the training's own progress, between DaiFu's lines."""
+    losses = [loss for number, _, loss in log if number == epoch]
+    left_out = batches - len(losses)
+    trained = f"{len(losses)} of {batches} batches ({left_out} left out)" if left_out else f"{batches} batches"
+    span = f"loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "no step taken"
+    tell(f"epoch {epoch}: {trained}, {span}")
+
+
+def tell(line: str = "") -> None:
+    print(line, flush=True)  # flushed: DaiFu's own lines go to stderr, and the two must interleave in order
+
+
+def main(epochs: int = EPOCHS, keep: Path | None = None) -> dict[str, Any]:
+    """Run the demo in `keep` (kept) or a temporary folder (removed); returns what happened, for tests."""
+    folder = keep.absolute() if keep is not None else Path(tempfile.mkdtemp(prefix="daifu-demo-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    saved_record = os.environ.get("DAIFU_RECORD")
+    try:
+        return _run(folder, epochs, keep is not None)
+    finally:
+        if saved_record is None:
+            os.environ.pop("DAIFU_RECORD", None)
+        else:
+            os.environ["DAIFU_RECORD"] = saved_record
+        if keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(folder: Path, epochs: int, kept: bool) -> dict[str, Any]:
     from loguru import logger
 
     from repairbot.server import start_in_thread
 
     try:
-        logger.remove(0)  # the record still goes to its file; the terminal shows the summary below
+        logger.remove(0)  # the service's request log would drown the run's own lines
     except ValueError:
         pass
-    folder = Path(workdir or tempfile.mkdtemp(prefix="daifu-demo-"))
+    record, workspace = folder / "experiment_record.log", folder / "daifu_workspace"
     checkpoints = folder / "checkpoints" / "run-1"  # does not exist yet: crash 1
+    os.environ["DAIFU_RECORD"] = str(record)  # before vaccinating: the record begins then
     url, stop = start_in_thread(backend="rules")
     before = RUN.recorded
-    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=folder / "daifu_workspace")
-    print(f"repair bot (rules backend) at {url}; DaiFu in automatic mode, approve=auto\n")
+    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=workspace)
+    tell(f"DaiFu demo: a small classifier trains for {epochs} epochs of {BATCHES} batches and crashes three times.")
+    tell(f'DaiFu runs in automatic mode (approve="auto"); its repair bot (rules backend) listens at {url}.')
+    tell("DaiFu says what it does on stderr, as it happens (lines starting with `DaiFu:`).\n")
+    vaccinated = train if hasattr(train, "__daifu__") else daifu.transform(train)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 3))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     log: list[tuple[int, int, float]] = []
     started = time.perf_counter()
     try:
-        steps = train(model, optimizer, epochs, str(checkpoints), log)
+        steps = vaccinated(model, optimizer, epochs, str(checkpoints), log)
     finally:
         stop()
         daifu.configure(mode=None, approve=None, bot_url=None, workspace=None)
     elapsed = time.perf_counter() - started
+    daifu.log_program_end(round(log[-1][2], 4))
     repairs = RUN.repairs_since(before)
-    for number, repair in enumerate(repairs, 1):
-        print(f"crash {number}: {repair['exception_type']}: {repair['exception_message'][:90]}")
-        print(f"  at line {repair['line']}: {repair['statement']}")
-        print(f"  repaired by {repair['decision']} from the {repair['decided_by']}:")
-        for line in _what_changed(repair):
-            print(f"      {line}")
-        print(f"  restored in {repair['duration_ms']:.1f} ms (report, bot over HTTP, validation, resume)\n")
     saved = sorted(p.name for p in checkpoints.glob("*.pt")) if checkpoints.exists() else []
-    print(f"finished {steps} steps in {elapsed:.1f} s, loss {log[0][2]:.3f} -> {log[-1][2]:.3f}; checkpoints: {saved}")
+    _summary(steps, epochs * BATCHES, log, elapsed, repairs, saved)
+    _where(folder, record, workspace, kept)
     return {"steps": steps, "log": log, "repairs": repairs, "checkpoints": saved}
 
 
-def _what_changed(repair: dict[str, Any]) -> list[str]:
-    """The code of an action; for a surgery, the lines its new source changed."""
-    code = repair["code"] or ""
-    if repair["decision"] != "Surgery":
-        return code.strip().splitlines()
-    sources = [version.source for version in train.__daifu__.versions]  # type: ignore[attr-defined]
-    index = sources.index(code) if code in sources else 0
-    before = sources[index - 1] if index > 0 else code
-    changes = difflib.ndiff(before.splitlines(), code.splitlines())
-    return [f"{line[0]} {line[2:].strip()}" for line in changes if line[:1] in "+-"]
+def _summary(steps: int, planned: int, log: list[tuple[int, int, float]], elapsed: float,
+             repairs: list[dict[str, Any]], saved: list[str]) -> None:  # fmt: skip
+    left_out = planned - steps
+    why = f": {left_out} batch{'es' * (left_out > 1)} left out by a repair" if left_out else ""
+    tell(f"\nFinished {steps} of {planned} steps{why}, in {elapsed:.1f} s; loss {log[0][2]:.3f} -> {log[-1][2]:.3f}.")
+    restores = ", ".join(f"{r['duration_ms']:.0f} ms" for r in repairs if r.get("duration_ms") is not None)
+    tell(f"{len(repairs)} crashes repaired in place, no restart (restore times {restores}); checkpoints: {saved}.")
+    for number, repair in enumerate(repairs, 1):
+        tell(
+            f"  {number}. {repair['exception_type']} at {Path(repair['file']).name}:{repair['line']} "
+            f"-> {repair['decision']} from the {repair['decided_by']}"
+        )
 
 
-if __name__ == "__main__":
-    main()
+def _where(folder: Path, record: Path, workspace: Path, kept: bool) -> None:
+    if not kept:
+        tell(f"\nThe record and workspace were in {folder}, removed now; `daifu demo --keep DIR` keeps them.")
+        return
+    tell(f"\nThe record: {record}")
+    tell(f"The workspace: {workspace} (repairs.jsonl, the bot's answers, metrics.jsonl)")
+    tell(f"See the repairs: daifu show --record {workspace}")
+    tell(f"Draw the run:    daifu show --record {workspace} --plot {folder / 'run.png'}")

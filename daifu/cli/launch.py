@@ -3,7 +3,8 @@
 Like `python -m pdb script.py`: the script is parsed, `@daifu.transform` is added to the named
 functions in the syntax tree only (the file on disk is untouched), and the tree is compiled with
 the script's real file name and line numbers, so tracebacks, `inspect.getsource` and DaiFu's own
-source reading all see the user's file as it is.
+source reading all see the user's file as it is. A function the script already decorates with
+`daifu.transform` (in any of its forms) is left as written: its own decorator says how.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ def vaccinated_code(script: Path, entries: Sequence[str]) -> tuple[types.CodeTyp
     except SyntaxError as error:
         raise LaunchError(f"{script}, line {error.lineno}: {error.msg}") from None
     names = list(entries) or ([DEFAULT_ENTRY] if _find(tree, DEFAULT_ENTRY) else [])
+    spellings = _transform_spellings(tree)
     for name in names:
         node = _find(tree, name)
         if node is None:
             known = ", ".join(_function_names(tree)) or "none"
             raise LaunchError(f"{script} has no function {name!r} to vaccinate (its functions: {known})")
-        node.decorator_list.append(_transform_decorator(node))
+        if not any(_dotted(_callee(d)) in spellings for d in node.decorator_list):
+            node.decorator_list.append(_transform_decorator(node))
     return compile(tree, str(script), "exec", dont_inherit=True), names
 
 
@@ -72,6 +75,39 @@ def _find(tree: ast.Module, name: str) -> ast.FunctionDef | None:
         scope = found[-1].body
     defs = [n for n in scope if isinstance(n, ast.FunctionDef) and n.name == function]
     return defs[-1] if defs else None  # the last definition is the one the module keeps
+
+
+def _transform_spellings(tree: ast.Module) -> set[str]:
+    """How the script can name `daifu.transform`: `daifu.transform`, and what its imports add
+    (`import daifu as d` gives `d.transform`, `from daifu import transform as t` gives `t`)."""
+    spellings = {"daifu.transform", "daifu.vaccinate.transform"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in ("daifu", "daifu.vaccinate") and alias.asname:
+                    spellings.add(f"{alias.asname}.transform")
+        elif isinstance(node, ast.ImportFrom) and node.module in ("daifu", "daifu.vaccinate") and node.level == 0:
+            for alias in node.names:
+                if alias.name == "transform":
+                    spellings.add(alias.asname or alias.name)
+                elif alias.name == "vaccinate":
+                    spellings.add(f"{alias.asname or alias.name}.transform")
+    return spellings
+
+
+def _callee(decorator: ast.expr) -> ast.expr:
+    """The decorator itself, or what it calls (`daifu.transform(globals())` -> `daifu.transform`)."""
+    return decorator.func if isinstance(decorator, ast.Call) else decorator
+
+
+def _dotted(node: ast.expr) -> str:
+    """`a.b.c` for a chain of names and attributes; '' for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else ""
+    return ""
 
 
 def _function_names(tree: ast.Module) -> list[str]:

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 
+import daifu
 from daifu import config
 from daifu.cli import launch
 from daifu.store import repairs
 from daifu.report.redact import redact
 
 USAGE_ERROR = 2
+RECORD_HELP = "a repairs.jsonl file or a workspace folder (default: the workspace, every rank)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="daifu", description="In-situ crash recovery for deep-learning programs.")
+    parser.add_argument("--version", action="version", version=f"daifu {daifu.__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for name, text in (
         ("run", "run a script with its entry functions vaccinated (the script is not edited)"),
@@ -48,12 +51,21 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
         command.set_defaults(handler=_run, replay=name == "replay")
     show = commands.add_parser("show", help="list the repairs of the record", description="List the recorded repairs.")
-    show.add_argument("--record", type=Path, help="a repairs.jsonl file or a workspace folder (default: the workspace, every rank)")
+    show.add_argument("--record", type=Path, help=RECORD_HELP)
+    show.add_argument(
+        "--plot",
+        type=Path,
+        nargs="?",
+        const=Path("daifu_run.png"),
+        metavar="FILE",
+        help="also draw the last run's loss curve (daifu.log_metric) with its repairs, beside what restarts would "
+        "have cost, to FILE (default: daifu_run.png); needs matplotlib",
+    )
     show.set_defaults(handler=_show)
     report = commands.add_parser(
         "report", help="show one recorded repair in full", description="Show one recorded repair."
     )
-    report.add_argument("--record", type=Path, help="a repairs.jsonl file or a workspace folder (default: the workspace, every rank)")
+    report.add_argument("--record", type=Path, help=RECORD_HELP)
     report.add_argument("number", type=int, nargs="?", help="its number in `daifu show` (default: the last)")
     report.set_defaults(handler=_report)
     serve = commands.add_parser("serve", help="serve the repair bot over HTTP", description="Serve the repair bot.")
@@ -72,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(handler=_serve)
     demo = commands.add_parser("demo", help="a short crash-and-repair demonstration", description="Run the demo.")
+    demo.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="run in DIR and keep what the run wrote there (default: a temporary folder, removed at the end)",
+    )
     demo.set_defaults(handler=_demo)
     return parser
 
@@ -101,9 +119,14 @@ def _show(args: argparse.Namespace) -> int:
     entries = _load(args.record)
     if entries is None:
         return USAGE_ERROR
+    _table(entries)
+    return _plot(entries, _folder(args.record), args.plot) if args.plot is not None else 0
+
+
+def _table(entries: list[dict[str, Any]]) -> None:
     if not entries:
         print("No repairs recorded.")
-        return 0
+        return
     ranked = any(entry.get("rank") is not None for entry in entries)
     header = ("#", "time", "function", "where", "exception", "decision", "by", "restore")
     rows = [header + (("rank",) if ranked else ())]
@@ -124,6 +147,22 @@ def _show(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _plot(entries: list[dict[str, Any]], workspace: Path, path: Path) -> int:
+    from daifu.cli import plot
+
+    try:
+        written = plot.draw(workspace, entries, path)
+    except ImportError as missing:
+        return _missing("daifu show --plot", missing, "plot")
+    except plot.NothingToPlot as nothing:
+        print(f"daifu show --plot: {nothing}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as error:
+        print(f"daifu show --plot: cannot read the metrics or write {path}: {error}", file=sys.stderr)
+        return 1
+    print(f"Figure written to {written.absolute()}")
     return 0
 
 
@@ -141,7 +180,11 @@ def _report(args: argparse.Namespace) -> int:
     if entry.get("code"):
         print("             code:")
         print("\n".join(f"    {line}" for line in redact(str(entry["code"]), code=True).rstrip("\n").splitlines()))
-    sent = _sent_report(entry, _folder(args.record))
+    try:  # the crash report the bot got is read with the repair bot's wire models
+        sent = _sent_report(entry, _folder(args.record))
+    except ImportError as missing:
+        print(f"\n(The crash report sent to the repair bot is not shown: {missing}; pip install 'daifu[bot]'.)")
+        return 0
     if sent is not None:
         print("\nThe crash report sent to the repair bot:\n")
         print(sent)
@@ -177,7 +220,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:  # the server and its dependencies load only for this command
         from repairbot.server import serve
     except ImportError as missing:
-        return _missing("the repair bot server", missing)
+        return _missing("the repair bot server", missing, "bot")
     try:
         serve(host=args.host, port=args.port, backend=args.backend, deadline=args.deadline,
               allow_remote=args.allow_remote)
@@ -190,8 +233,8 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         from daifu.cli.demo import main as demo
     except ImportError as missing:
-        return _missing("the demo", missing)
-    demo()
+        return _missing("the demo", missing, "bot", "with PyTorch")
+    demo(keep=args.keep)
     return 0
 
 
@@ -222,6 +265,10 @@ def _usage_error(message: str) -> int:
     return USAGE_ERROR
 
 
-def _missing(what: str, error: ImportError) -> int:
-    print(f"daifu: {what} is not available in this installation: {error}", file=sys.stderr)
+def _missing(what: str, error: ImportError, extra: str, beside: str = "") -> int:
+    print(
+        f"daifu: {what} is not available in this installation: {error}. "
+        f"Install it with: pip install 'daifu[{extra}]'{' ' + beside if beside else ''}",
+        file=sys.stderr,
+    )
     return 1

@@ -1,1 +1,1 @@
-"""console"""
+"""Where a person decides: the (DaiFu) console and the approval prompt."""

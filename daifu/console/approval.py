@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 from collections.abc import Sequence
 
 from daifu import repair
@@ -21,7 +21,11 @@ from daifu.console.colour import paint, wanted
 from daifu.core.crash import Crash
 from daifu.core.decisions import Decision, Skip
 from daifu.console.diffs import source_diff
+from daifu.console.resuming import resume_point
 from daifu.decide.automatic import to_decision
+
+if TYPE_CHECKING:
+    from repairbot.protocol import Suggestion as BotSuggestion
 
 CHOICES = "[a]pply / [r]eject / [e]dit / [n]ext / [s]kip / [q]uit to console"
 
@@ -116,10 +120,17 @@ class _Prompt:
             print("\n".join(f"    {line}" for line in suggestion.code.rstrip("\n").splitlines()))
         problem = self.problem(suggestion)
         print(f"Check: {'ok' if problem is None else 'would be refused: ' + problem}")
+        verdict = getattr(suggestion, "verdict", None)  # tried on a copy of the run (automatic mode)
+        if verdict is not None:
+            mark = "green" if verdict.passed else "red"
+            print(paint(verdict.describe()[0].upper() + verdict.describe()[1:], mark, self.colour))
+        unsafe = getattr(suggestion, "unsafe", ())
+        if unsafe:
+            print(f"Not allowed unattended: {'; '.join(unsafe)}")
 
     def problem(self, suggestion: Suggestion) -> str | None:
         try:
-            return self.crash.check(to_decision(suggestion))
+            return self.crash.check(_decision(suggestion))
         except ValueError as error:
             return str(error)
 
@@ -129,7 +140,10 @@ class _Prompt:
         if answer == "a":
             problem = self.problem(suggestion)
             if problem is None:
-                return to_decision(suggestion)
+                decision = _decision(suggestion)
+                where = resume_point(self.crash, decision)
+                print(f"Applying suggestion {self.index + 1} ({suggestion.kind}): {where}.")
+                return decision
             print(f"Not applied: {problem}")
         elif answer == "r":
             del self.suggestions[self.index]
@@ -139,6 +153,7 @@ class _Prompt:
         elif answer == "e":
             self.edit(suggestion)
         elif answer == "s":
+            print(f"Skipping the faulty statement: {resume_point(self.crash, Skip())}.")
             return Skip()
         elif answer == "q":
             return _TO_CONSOLE
@@ -186,6 +201,11 @@ class _Prompt:
                 return Skip()
             if answer == "q":
                 return _TO_CONSOLE
+
+
+def _decision(suggestion: Suggestion) -> Decision:
+    """The decision carrying out `suggestion`; `to_decision` reads only its kind, code and target."""
+    return to_decision(cast("BotSuggestion", suggestion))
 
 
 def _ask(prompt: str) -> str | None:

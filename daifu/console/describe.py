@@ -4,20 +4,17 @@ the exception and a traceback that shows the values of the names on each line.
 The source is the one that is running (the original, or the last surgery), not the transformed
 code DaiFu compiled, and it is numbered as in the user's file. The traceback is better_exceptions'
 with one change: tensors and arrays are shown by shape, dtype and device, since their numbers would
-fill the screen and computing them may cost a device synchronisation.
+fill the screen and computing them may cost a device synchronisation. Without better_exceptions
+(the `daifu[console]` extra) the traceback is Python's own, and `describe` says so.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 import sys
 from types import TracebackType
 from typing import Any
 from collections.abc import Iterator
-
-import better_exceptions  # type: ignore[import-untyped]
-from better_exceptions.formatter import ExceptionFormatter  # type: ignore[import-untyped]
 
 from daifu.console.colour import paint
 from daifu.core.crash import Crash
@@ -51,7 +48,14 @@ def traceback_text(crash: Crash, colour: bool) -> str:
 
     Falls back to the plain traceback if formatting fails: `describe` must always answer.
     """
-    formatter = _Formatter(crash, colour)
+    try:
+        from daifu.console.annotated import ValueFormatter
+    except ImportError as missing:
+        return (
+            f"{crash.traceback_text.rstrip()}\n(values not shown: {missing.name or missing} is not installed; "
+            "pip install 'daifu[console]')"
+        )
+    formatter = ValueFormatter(crash, colour)
     error = crash.exception
     try:
         return "".join(formatter.format_exception(type(error), error, from_faulty_frame(crash))).rstrip("\n")
@@ -97,53 +101,3 @@ def from_faulty_frame(crash: Crash) -> TracebackType | None:
     while tb is not None and tb.tb_frame is not crash.frame:
         tb = tb.tb_next
     return tb or crash.exception.__traceback__
-
-
-class _Formatter(ExceptionFormatter):  # type: ignore[misc]
-    """better_exceptions' formatter, with brief tensors and the running source for the faulty frame."""
-
-    def __init__(self, crash: Crash, colour: bool) -> None:
-        super().__init__(
-            colored=colour,
-            theme=better_exceptions.THEME,
-            max_length=better_exceptions.MAX_LENGTH,
-            pipe_char=better_exceptions.PIPE_CHAR,
-            cap_char=better_exceptions.CAP_CHAR,
-        )
-        self._crash = crash
-
-    def format_value(self, v: Any) -> str:
-        try:
-            text = value_text(v)
-        except Exception:  # a user __repr__ that fails; as better_exceptions says it
-            text = f"<unprintable {type(v).__name__} object>"
-        limit = self._max_length
-        return text if limit is None or len(text) <= limit else text[:limit] + "..."
-
-    def get_traceback_information(self, tb: TracebackType) -> tuple[Any, ...]:
-        """As better_exceptions does, except that after a surgery the faulty frame's line is read from
-        the running source, not from the file, which still holds the old text."""
-        filename, lineno, function, source, coloured, values = super().get_traceback_information(tb)
-        running = self._running_line(tb)
-        if running is None or running == source:
-            return filename, lineno, function, source, coloured, values
-        try:
-            tree = ast.parse(running, mode="exec")
-        except SyntaxError:
-            return filename, lineno, function, running, running, []
-        return (
-            filename,
-            lineno,
-            function,
-            running,
-            self.colorize_tree(tree, running),
-            self.get_relevant_values(running, tb.tb_frame, tree),
-        )
-
-    def _running_line(self, tb: TracebackType) -> str | None:
-        crash = self._crash
-        if tb.tb_frame is not crash.frame:
-            return None
-        lines = crash.source.splitlines()
-        index = tb.tb_lineno - crash.first_lineno
-        return lines[index].strip() if 0 <= index < len(lines) else None

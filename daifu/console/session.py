@@ -11,7 +11,6 @@ left, and pdb's stepping commands say they are unavailable instead of half-worki
 from __future__ import annotations
 
 import pdb
-import sys
 from pathlib import Path
 
 from daifu import repair
@@ -23,8 +22,9 @@ from daifu.store import record
 from daifu.store import workspace
 from daifu.console.colour import paint, wanted
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Retry, Skip, Surgery
+from daifu.core.decisions import Action, Decision, Pass, Retry, Skip, SkipIteration, Surgery
 from daifu.console.diffs import source_diff
+from daifu.console.resuming import resume_point
 
 COMMANDS = (
     "describe",
@@ -34,6 +34,8 @@ COMMANDS = (
     "action",
     "pass",
     "retry",
+    "skip",
+    "trial",
     "broadcast",
     "report",
     "exit",
@@ -220,13 +222,47 @@ class Console(pdb.Pdb):
 
     def do_pass(self, arg: str) -> None:
         """pass
-        Skip the faulty statement: the program goes on after it when you leave with `q`."""
-        self._take(Skip(), "Pass")
+        Change nothing: the faulty statement runs again when you leave with `q` (as the prototype's `pass`)."""
+        self._take(Pass(), "Pass")
 
     def do_retry(self, arg: str) -> None:
         """retry
         Run the faulty statement again, unchanged, when you leave with `q`."""
         self._take(Retry(), "Retry")
+
+    def do_skip(self, arg: str) -> None:
+        """skip
+        Skip the faulty statement: the program goes on after it when you leave with `q`."""
+        self._take(Skip(), "Skip")
+
+    def do_trial(self, arg: str) -> None:
+        """trial [surgery|action|skip|retry|iteration]
+        Try a repair on a sandboxed copy of the run without applying it, and say how it went.
+        Without an argument: the decision taken so far, else the surgery file of `focus`. The copy
+        runs to the end of the interrupted iteration; it writes no file and starts no process."""
+        decision = self._trial_subject(arg.strip())
+        if decision is None:
+            return
+        self.message(f"Trying {decisions.play_name(decision)} on a copy of the run...")
+        verdict = self.crash.trial(decision)
+        self.message(paint(verdict.describe(), "green" if verdict.passed else "red", self.colour))
+        if verdict.output.strip():
+            self.message("What the copy printed:\n" + "\n".join(f"  {line}" for line in verdict.output.splitlines()[-10:]))
+
+    def _trial_subject(self, which: str) -> Decision | None:
+        plain: dict[str, Decision] = {"skip": Skip(), "retry": Retry(), "iteration": SkipIteration()}
+        if which in plain:
+            return plain[which]
+        if which in ("surgery", "action"):
+            code = self._read_focus_file(which, self._surgery_path if which == "surgery" else self._action_path)
+            return None if code is None else (Surgery(code) if which == "surgery" else Action(code))
+        if which:
+            self.error("Usage: trial [surgery|action|skip|retry|iteration]")
+            return None
+        if self.decision is not None:
+            return self.decision
+        code = self._read_focus_file("surgery", self._surgery_path)
+        return None if code is None else Surgery(code)
 
     def do_broadcast(self, arg: str) -> None:
         """broadcast
@@ -234,7 +270,7 @@ class Console(pdb.Pdb):
         A process that meets the same function, line and exception type takes the same decision
         without asking. Saved as JSON: reading it never runs code."""
         if self.decision is None:
-            self.error("Nothing to broadcast yet: take a decision first (surgery, action, pass or retry).")
+            self.error("Nothing to broadcast yet: take a decision first (surgery, action, pass, retry or skip).")
             return
         path = self._broadcast(self.decision)
         if path is not None:
@@ -248,7 +284,8 @@ class Console(pdb.Pdb):
         if self.decision is None:
             self.message("No decision taken: the exception is raised.")
         else:
-            self.message(f"Leaving the console: {decisions.play_name(self.decision)}.")
+            where = resume_point(self.crash, self.decision)
+            self.message(f"Leaving the console with {decisions.play_name(self.decision)}: {where}.")
         return True
 
     do_c = do_cont = do_q = do_quit = do_continue
@@ -268,9 +305,9 @@ class Console(pdb.Pdb):
 
     def _no_stepping(self, arg: str) -> None:
         """(not available in the DaiFu console)
-        Stepping needs tracing, which the DaiFu console never turns on. Use `retry`, `pass`,
+        Stepping needs tracing, which the DaiFu console never turns on. Use `retry`, `skip`,
         `action` or `surgery`, then `q`."""
-        self.error("Stepping is not available in the DaiFu console: use retry, pass, action or surgery, then q.")
+        self.error("Stepping is not available in the DaiFu console: use retry, skip, action or surgery, then q.")
 
     do_step = do_s = do_next = do_n = do_until = do_unt = do_return = do_r = _no_stepping
     do_jump = do_j = do_run = do_restart = _no_stepping
@@ -325,7 +362,9 @@ class Console(pdb.Pdb):
     def _take(self, decision: Decision, what: str) -> None:
         earlier = self.decision
         self.decision = decision
-        replaced = f" (instead of {decisions.play_name(earlier)})" if earlier is not None and earlier != decision else ""
+        replaced = ""
+        if earlier is not None and earlier != decision:
+            replaced = f" (instead of {decisions.play_name(earlier)})"
         self.message(f"{what}{replaced}: it takes effect when you leave with `q` or `continue`.")
 
     def _broadcast(self, decision: Decision) -> Path | None:

@@ -1,1 +1,1 @@
-"""core"""
+"""The mechanism: vaccination, interception, resume, surgery validation, trials."""

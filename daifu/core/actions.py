@@ -5,44 +5,66 @@ the frame's locals is a variable of that scope, which the action reads and rebin
 function the action defines sees the action's other definitions (and itself, as
 `super(Policy, self)` needs) through ordinary closures. Names the action binds that are not the
 function's locals become the module's globals, as the console's users expect.
+
+Under the prototype's scope model (`daifu.core.seedscope`) the function's variables are module
+globals, and an action runs as the prototype ran it: as module code, in the module's namespace
+(`run_module_action`), so what it defines is a module global that the function and the action's
+own classes and functions all see.
+
+Either way an action that raises is refused with the names it bound put back; each run returns
+the module globals it bound with their old values (`Undo`), so a caller that carries out several
+plays can put them back too when a later one is refused.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import keyword
 from types import CellType, CodeType
 from typing import Any
 
-from daifu.core.compiling import compile_definition, make_function, no_arguments, register_source
+
+from daifu.core.compiling import compile_definition, function_def, make_function, register_source
 
 _numbers = itertools.count(1)
+_UNBOUND = object()
+
+Undo = dict[str, Any]
+"""Module globals an action bound, each with its value before (`_UNBOUND`: it was not bound)."""
+
+
+def undo(globals_: dict[str, Any], journal: Undo) -> None:
+    """Put back the module globals of `journal` as they were before the action."""
+    for name, value in journal.items():
+        if value is _UNBOUND:
+            globals_.pop(name, None)
+        else:
+            globals_[name] = value
 
 
 class ActionFailed(Exception):
     """The action does not compile, or raised; the message says which and where."""
 
 
-def compile_action(code: str, names: list[str], flags: int = 0) -> CodeType:
-    """The code object of `code` as a function whose free variables are `names`."""
+@functools.lru_cache(maxsize=64)
+def compile_action(code: str, names: tuple[str, ...], flags: int = 0) -> CodeType:
+    """The code object of `code` as a function whose free variables are `names`.
+
+    Kept for the next time: the same action at the same site (a repeated crash, a replay) reuses it.
+    """
     filename = f"<daifu action {next(_numbers)}>"
     try:
         tree = ast.parse(code, filename)
     except SyntaxError as error:
         raise ActionFailed(f"the action does not parse: line {error.lineno}: {error.msg}") from None
-    variables = [name for name in names if name.isidentifier() and not keyword.iskeyword(name)]
+    declared = {name for statement in tree.body if isinstance(statement, ast.Global) for name in statement.names}
+    variables = [name for name in names if name.isidentifier() and not keyword.iskeyword(name) and name not in declared]
     body: list[ast.stmt] = [ast.Nonlocal(names=variables)] if variables else []
     body += tree.body
     body.append(ast.Return(value=ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[])))
-    action = ast.FunctionDef(
-        name="@action",
-        args=no_arguments(),
-        body=body,
-        decorator_list=[],
-        returns=None,
-        type_params=[],
-    )
+    action = function_def("@action", body)
     ast.fix_missing_locations(ast.copy_location(action, tree.body[0] if tree.body else ast.Pass(lineno=1)))
     try:
         compiled = compile_definition(action, filename, flags, tuple(variables))
@@ -56,13 +78,14 @@ def compile_action(code: str, names: list[str], flags: int = 0) -> CodeType:
 
 def run_action(
     code: str, namespace: dict[str, Any], local_names: set[str], globals_: dict[str, Any], flags: int = 0
-) -> None:
+) -> Undo:
     """Run action `code` on the locals `namespace` of a function whose module globals are `globals_`.
 
     `local_names` are the function's local variables: the action's bindings of those go to
-    `namespace` (an unbound one is removed), its other bindings to the module's globals.
+    `namespace` (an unbound one is removed), its other bindings to the module's globals. Returns
+    the module globals it bound, with their old values.
     """
-    names = [name for name in namespace if name.isidentifier()]
+    names = tuple(name for name in namespace if name.isidentifier())
     compiled = compile_action(code, names, flags)
     cells = {name: CellType(namespace[name]) for name in compiled.co_freevars if name in namespace}
     function = make_function(compiled, globals_, cells)
@@ -75,10 +98,43 @@ def run_action(
             namespace[name] = cell.cell_contents
         except ValueError:  # `del name` in the action
             del namespace[name]
+    journal: Undo = {}
     for name, value in bound.items():
         if name in cells:
             continue
         if name in local_names:
             namespace[name] = value
         elif not name.startswith("__"):
+            journal[name] = globals_.get(name, _UNBOUND)
             globals_[name] = value
+    return journal
+
+
+def run_module_action(code: str, globals_: dict[str, Any], flags: int = 0) -> Undo:
+    """Run action `code` as module code in `globals_` (`exec(code, globals_)`, as the prototype did).
+
+    If it raises, the module names it may have bound are put back and `ActionFailed` says why.
+    Returns the module globals it bound, with their old values.
+    """
+    filename = f"<daifu action {next(_numbers)}>"
+    try:
+        compiled = compile(code, filename, "exec", flags=flags, dont_inherit=True)
+    except SyntaxError as error:
+        raise ActionFailed(f"the action does not compile: line {error.lineno}: {error.msg}") from None
+    register_source(filename, 1, code)
+    before: Undo = {name: globals_.get(name, _UNBOUND) for name in _names(compiled)}
+    try:
+        exec(compiled, globals_)
+    except Exception as error:
+        undo(globals_, before)
+        raise ActionFailed(f"the action raised {type(error).__name__}: {error}") from error
+    return {name: value for name, value in before.items() if globals_.get(name, _UNBOUND) is not value}
+
+
+def _names(code: CodeType) -> set[str]:
+    """Every global name `code` (and the code nested in it) may read or bind."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            names |= _names(constant)
+    return names

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 Path = tuple  # alternating int, str, ..., int
 
-COMPOUND = (ast.For, ast.While, ast.If, ast.With, ast.Try, ast.Match) + (
-    (ast.TryStar,) if hasattr(ast, "TryStar") else ()
-)
+TRY: tuple[type[ast.Try], ...] = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)  # type: ignore[assignment]
+"""`try` statements: `try ... except` and, since Python 3.11, `try ... except*`."""
+COMPOUND = (ast.For, ast.While, ast.If, ast.With, ast.Match, *TRY)
 HEADER_KINDS = {ast.For: "for", ast.While: "while", ast.If: "if", ast.With: "with", ast.Match: "match"}
 
 
@@ -26,7 +26,7 @@ def child_blocks(node: ast.stmt) -> Iterator[tuple[str, list[ast.stmt]]]:
         yield "orelse", node.orelse
     elif isinstance(node, ast.With):
         yield "body", node.body
-    elif isinstance(node, COMPOUND) and hasattr(node, "handlers"):
+    elif isinstance(node, TRY):
         yield "body", node.body
         for index, handler in enumerate(node.handlers):
             yield f"handlers.{index}", handler.body

@@ -17,6 +17,7 @@ from __future__ import annotations
 import __future__
 import ast
 import linecache
+import sys
 import uuid
 from types import CellType, CodeType, FunctionType
 from typing import Any
@@ -51,6 +52,15 @@ def place(nodes: list[Any], where: ast.AST) -> list[Any]:
     return nodes
 
 
+TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
+"""The field Python 3.12 added to function and class definitions (PEP 695), empty."""
+
+
+def function_def(name: str, body: list[ast.stmt]) -> ast.FunctionDef:
+    """A `def name():` with `body`, no decorators, as every Python version builds one."""
+    return ast.FunctionDef(name=name, args=no_arguments(), body=body, decorator_list=[], returns=None, **TYPE_PARAMS)
+
+
 def no_arguments() -> ast.arguments:
     """An empty parameter list, to be filled in."""
     return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
@@ -70,21 +80,16 @@ def compile_definition(
     """
     declared = [name for name in free_names if name != "__class__"]
     body: list[ast.stmt] = []
+    if fdef.name not in free_names:  # the `def` must not make the function's own name a factory local:
+        body.append(ast.Global(names=[fdef.name]))  # a recursive call reads it as the original does
     if declared:
-        targets = [ast.Name(id=name, ctx=ast.Store()) for name in declared]
+        targets: list[ast.expr] = [ast.Name(id=name, ctx=ast.Store()) for name in declared]
         body.append(ast.Assign(targets=targets, value=ast.Constant(value=None)))
     if "__class__" in free_names:
-        body.append(ast.ClassDef(name="@class", bases=[], keywords=[], body=[fdef], decorator_list=[], type_params=[]))
+        body.append(ast.ClassDef(name="@class", bases=[], keywords=[], body=[fdef], decorator_list=[], **TYPE_PARAMS))
     else:
         body.append(fdef)
-    factory = ast.FunctionDef(
-        name="@factory",
-        args=no_arguments(),
-        body=body,
-        decorator_list=[],
-        returns=None,
-        type_params=[],
-    )
+    factory = function_def("@factory", body)
     module = ast.Module(body=[factory], type_ignores=[])
     place([factory], fdef)
     code = compile(module, filename, "exec", flags=flags, dont_inherit=True)

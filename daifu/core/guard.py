@@ -7,7 +7,7 @@ continuation, which finishes the body, exits it, once, through the same guard.
 
 from __future__ import annotations
 
-import time
+import gc
 from types import TracebackType
 from typing import Any
 
@@ -28,13 +28,19 @@ class Handover(BaseException):
         self.namespace = namespace
         self.started = started  # `time.perf_counter()` at the crash, for the restore time
         self.entry = entry  # the record entry of the repair, ended when the continuation starts
+        self.collecting = False  # whether to turn the garbage collector back on when the run resumes
 
     def start(self) -> dict[str, Any]:
-        """The locals to resume with (handed over once); the repair's record ends here."""
+        """The locals to resume with (handed over once); the repair's record ends here.
+
+        The restore time runs from the crash to this point, the record's own lines included.
+        """
         self.__context__ = self.__traceback__ = None
         namespace, self.namespace = self.namespace, {}
         if self.entry is not None:
-            self.entry.resumed(time.perf_counter() - self.started)
+            self.entry.resumed(self.started)
+        if self.collecting:
+            gc.enable()
         return namespace
 
 

@@ -139,11 +139,16 @@ def _parameter_ids(obj: Any, kind: str) -> tuple[int, ...]:
     return tuple(id(p) for group in obj.param_groups for p in group["params"])
 
 
+_CHUNK = 1 << 24
+"""Elements checked at a time: a 4 GB parameter is read in slices, not copied into a mask as large."""
+
+
 def _finite(torch: Any, tensor: Any) -> bool:
     if tensor.device.type == "meta" or tensor.numel() == 0:
         return True
     with torch.no_grad():
-        return bool(torch.isfinite(tensor.detach()).all())
+        flat = tensor.detach().reshape(-1)
+        return all(bool(torch.isfinite(part).all()) for part in flat.split(_CHUNK))
 
 
 def _nonfinite_state(torch: Any, held: Held) -> list[str]:

@@ -10,29 +10,36 @@ one after the other, so the stack does not grow with each crash.
 The runtime knows nothing of who decides or where repairs are recorded: the layers above give it a
 `Handling` (see `daifu.vaccinate`). It can also try a decision without carrying it out: in a
 sandboxed copy of the process (`daifu.core.trial`), through the very same resume path.
+
+Under the prototype's scope model (`transform(globals())`, `daifu.core.seedscope`) the function
+vaccinated here is the *body* behind the user's function: its variables are module globals, which
+a crash shows, and a repair edits, as its locals; an action then runs as the prototype ran it, in
+the module's namespace.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
 from typing import Any, Protocol
 
 from daifu.core import sandbox, trial
-from daifu.core.actions import ActionFailed, run_action
+from daifu.core.actions import ActionFailed, Undo, run_action, run_module_action, undo
 from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of
 from daifu.core.compiling import compile_definition, future_flags, make_function, register_source
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Patch, Raise, Retry, Skip, SkipIteration, Surgery
+from daifu.core.decisions import Action, Decision, Patch, Plays, Raise, Retry, Skip, SkipIteration, Surgery
 from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.helpers import Helpers
 from daifu.core.locate import raising_position
 from daifu.core.patch import PatchRefused, patch_function, resolve
 from daifu.core.rewrite import CannotResume, Flavour, Mode
+from daifu.core.seedscope import SeedScope
 from daifu.core.surgery import SurgeryPlan, SurgeryRefused, check_same_signature, plan_surgery
 from daifu.core.version import Version, build_version
 
@@ -50,7 +57,7 @@ class RepairEntry(Protocol):
 
     def refused(self, decision: Decision, decided_by: str, reason: str) -> None: ...
 
-    def resumed(self, seconds: float) -> None: ...
+    def resumed(self, started: float) -> None: ...
 
     def failed(self, decided_by: str) -> None: ...
 
@@ -103,11 +110,20 @@ class _Invocation:
 
 @dataclass
 class _Live:
-    """What a decision is carried out on: the crash's site, its locals snapshot and its cells."""
+    """What a decision is carried out on: the crash's site, its locals snapshot and its cells.
+
+    shared: under the prototype's scope model, the function's module-global variables as the crash
+    found them (also in `namespace`, where a repair may change them).
+    """
 
     site: Site
     namespace: dict[str, Any]
     cells: dict[str, CellType]
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    def copy(self) -> _Live:
+        """A copy to carry a decision out on: a refused one leaves this one as it was."""
+        return _Live(self.site, dict(self.namespace), self.cells, self.shared)
 
 
 def _user_view(namespace: dict[str, Any]) -> dict[str, Any]:
@@ -125,10 +141,15 @@ class Vaccine:
     versions: every source the function has had; the last one runs on later calls.
     units: which version each compiled code object (fast path or continuation) belongs to, by id;
         every such code object is kept alive by its version or the continuation cache.
+    seed: under the prototype's scope model, the scope of the user's function, whose body
+        `function` is; `None` for DaiFu's own model (ordinary locals).
     """
 
-    def __init__(self, function: FunctionType, source: str, first_lineno: int, handling: Handling) -> None:
+    def __init__(
+        self, function: FunctionType, source: str, first_lineno: int, handling: Handling, seed: SeedScope | None = None
+    ) -> None:
         code = function.__code__
+        self.seed = seed
         self.function = function
         self.original_code = code
         self.handling = handling
@@ -146,10 +167,11 @@ class Vaccine:
 
     # -- versions ---------------------------------------------------------------------------
 
-    def _build(self, source: str, first_lineno: int, filename: str | None = None) -> Version:
-        number = len(self.versions)
+    def _build(self, source: str, first_lineno: int, filename: str | None = None, number: int | None = None) -> Version:
+        number = len(self.versions) if number is None else number
         version = build_version(
-            number, source, first_lineno, filename or self.filename, self.flags, self.free_names, self.helpers
+            number, source, first_lineno, filename or self.filename, self.flags, self.free_names, self.helpers,
+            seed=self.seed is not None,
         )
         if version.fast_code.co_freevars != self.free_names:
             raise ValueError(f"the vaccinated code of {self.qualname} needs other closure variables")
@@ -162,6 +184,8 @@ class Vaccine:
             code = code.replace(co_qualname=self.qualname)
         self.versions.append(version)
         self.units[id(version.fast_code)] = self.units[id(code)] = version
+        if self.seed is not None and version.seed_names is not None:
+            self.seed.names = version.seed_names  # the next call enters the scope of this version
         self.function.__code__ = code
 
     @property
@@ -208,10 +232,11 @@ class Vaccine:
             if site is None:
                 mark_passed(error)
                 return
-            namespace = {k: v for k, v in dict(frame.f_locals).items() if k not in _TEMPORARIES}
+            shared = self.seed.view() if self.seed is not None else {}
+            namespace = {**shared, **{k: v for k, v in dict(frame.f_locals).items() if k not in _TEMPORARIES}}
             namespace.setdefault("@call", _Invocation())
             closure = dict(zip(cells.__code__.co_freevars, cells.__closure__ or ())) if cells else {}
-            handover = self._repair(error, frame, _Live(site, namespace, closure), crashed_at)
+            handover = self._repair(error, frame, _Live(site, namespace, closure, shared), crashed_at)
         except Handover:
             raise
         except Exception as internal:  # a bug of ours must never hide the user's exception
@@ -272,16 +297,25 @@ class Vaccine:
             decision, decided_by = handling.decide(crash)
             if crash.edited_locals is not None:
                 edited = {k: v for k, v in dict(crash.edited_locals).items() if k not in _TEMPORARIES}
-                live.namespace = {**edited, "@call": live.namespace["@call"]}
+                live.namespace = {**live.shared, **edited, "@call": live.namespace["@call"]}
             if isinstance(decision, Raise):
                 entry.failed(decided_by)
                 return None
+            collecting = gc.isenabled()
+            gc.disable()  # no full collection inside the restore window: it is paused until the run resumes
             try:
-                handover = self._prepare(decision, crash, _Live(live.site, dict(live.namespace), live.cells))
+                handover = self._prepare(decision, crash, live.copy())
             except RepairRefused as refusal:
+                if collecting:
+                    gc.enable()
                 crash.tried.append((repr(decision), f"refused: {refusal}"))
                 entry.refused(decision, decided_by, str(refusal))
                 continue
+            except BaseException:
+                if collecting:
+                    gc.enable()
+                raise
+            handover.collecting = collecting
             entry.decided(decision, decided_by)
             if all(tried[0] != repr(decision) for tried in crash.tried):
                 crash.tried.append((repr(decision), f"applied ({decided_by})"))  # a repeat of this crash will say so
@@ -296,54 +330,81 @@ class Vaccine:
     def _prepare(self, decision: Decision, crash: Crash, live: _Live, flavour: Flavour = Flavour.PLAIN) -> Handover:
         """The hand-over that resumes the run with `decision` carried out on `live`.
 
-        Only an action or a surgery changes anything, and only once this returns: a refused
-        decision leaves the program exactly as it was.
+        The steps of several plays (`Plays`) are carried out in order on one namespace: each action
+        on what the previous steps left, each surgery validated against the version the previous
+        one produced; then one resume. Only actions and surgeries change anything: a surgery is
+        installed once every step is carried out, and if a step is refused the module globals the
+        actions bound are put back, so a refused decision leaves the program as it was (an action's
+        in-place mutations of objects excepted).
         """
         site, namespace = live.site, live.namespace
-        version, path, mode = site.version, site.path, self._retry_mode(site, namespace)
-        plan: SurgeryPlan | None = None
-        if isinstance(decision, Skip):
-            mode = self._skip_mode(site)
-        elif isinstance(decision, SkipIteration):
-            mode = Mode.NEXT_ITERATION
-        elif isinstance(decision, Surgery):
-            plan = self._plan(decision.source, site)
-            version, path = plan.version, plan.path
-            mode = self._retry_mode(Site(version, path, site.header), namespace) if plan.same else Mode.AT
-        elif not isinstance(decision, (Retry, Action, Patch)):
-            raise RepairRefused(f"{decision!r} is not a DaiFu decision")
-        if flavour is Flavour.PLAIN and crash.watch is not None:
-            flavour = Flavour.WATCHED
+        if self.seed is not None:
+            self.seed.write_back(namespace, live.shared)  # the console's edits, before any action reads them
+        here, mode = site, self._retry_mode(site, namespace)
+        plans: list[SurgeryPlan] = []
+        bound: list[Undo] = []
         try:
-            code = self._continuation(version, path, mode, flavour)
-        except CannotResume as reason:
-            raise RepairRefused(str(reason)) from None
-        if isinstance(decision, Action):
-            try:
-                local_names = set(version.scope.plain_locals) | set(live.cells)
-                run_action(decision.code, namespace, local_names, self.function.__globals__, self.flags)
-            except ActionFailed as failure:
-                raise RepairRefused(str(failure)) from None
+            for step in decision.steps if isinstance(decision, Plays) else (decision,):
+                if isinstance(step, Skip):
+                    mode = self._skip_mode(here)
+                elif isinstance(step, SkipIteration):
+                    mode = Mode.NEXT_ITERATION
+                elif isinstance(step, Surgery):
+                    plan = self._plan(step.source, here, len(self.versions) + len(plans))
+                    plans.append(plan)
+                    here = Site(plan.version, plan.path, site.header)
+                    mode = self._retry_mode(here, namespace) if plan.same else Mode.AT
+                elif isinstance(step, Action):
+                    bound.append(self._run_action(step.code, here.version, namespace, live))
+                elif not isinstance(step, (Retry, Patch)):
+                    raise RepairRefused(f"{step!r} is not a DaiFu decision")
+            if flavour is Flavour.PLAIN and crash.watch is not None:
+                flavour = Flavour.WATCHED
+            code = self._continuation(here.version, here.path, mode, flavour)
+        except (RepairRefused, CannotResume) as refusal:
+            for journal in reversed(bound):
+                undo(self.function.__globals__, journal)
+            raise RepairRefused(str(refusal)) from None
         if isinstance(decision, Patch):
             try:
                 patch_function(resolve(decision.target), decision.source)
             except PatchRefused as refusal:
                 raise RepairRefused(str(refusal)) from None
-        if plan is not None:
+        for plan in plans:
             plan.carry(namespace)
             with self._lock:
                 self._install(plan.version)
         for name, cell in live.cells.items():  # a closure variable rebound by an action or the console
             if name in namespace:
                 cell.cell_contents = namespace[name]
+        version = here.version
         for name in version.scope.plain_locals:
             if name.startswith(("@fx", "@fp")):
                 namespace.setdefault(name, None)
-        self._remember(version, path, site, namespace, crash)
+        if self.seed is not None:  # what the actions left in the module is the function's state now
+            for name in self.seed.names.shared:
+                namespace.pop(name, None)
+            namespace.update(self.seed.view())
+        self._remember(version, here.path, site, namespace, crash)
         if flavour is Flavour.WATCHED:
             self.helpers.watching = crash.watch
         function = make_function(code, self.function.__globals__, live.cells)
         return Handover(function, namespace)
+
+    def _run_action(self, code: str, version: Version, namespace: dict[str, Any], live: _Live) -> Undo:
+        """Run an action; the module globals it bound, with their old values. `RepairRefused` if it fails.
+
+        Under the prototype's scope model the action runs as the prototype ran it, in the module's
+        namespace (which holds the function's variables); else in the crashed function's scope.
+        """
+        globals_ = self.function.__globals__
+        try:
+            if self.seed is not None:
+                return run_module_action(code, globals_, self.flags)
+            local_names = set(version.scope.plain_locals) | set(live.cells)
+            return run_action(code, namespace, local_names, globals_, self.flags)
+        except ActionFailed as failure:
+            raise RepairRefused(str(failure)) from None
 
     def _retry_mode(self, site: Site, namespace: dict[str, Any]) -> Mode:
         node = site.node
@@ -359,12 +420,13 @@ class Vaccine:
             return Mode.LOOP_EXHAUSTED
         return Mode.AFTER
 
-    def _plan(self, source: str, site: Site) -> SurgeryPlan:
-        """Build and validate a new version without installing it; `RepairRefused` says why."""
-        number = len(self.versions)
+    def _plan(self, source: str, site: Site, number: int | None = None) -> SurgeryPlan:
+        """Build and validate a new version (numbered `number`, by default the next) without
+        installing it; `RepairRefused` says why."""
+        number = len(self.versions) if number is None else number
         filename = f"{self.filename} (surgery {number})"
         try:
-            new = self._build(source, site.version.first_lineno, filename)
+            new = self._build(source, site.version.first_lineno, filename, number)
         except SyntaxError as error:
             where = f"line {error.lineno}: " if error.lineno else ""
             raise RepairRefused(f"the new source does not compile: {where}{error.msg}") from None
@@ -380,14 +442,20 @@ class Vaccine:
         return plan
 
     def check(self, decision: Decision, site: Site) -> str | None:
-        """Why `decision` would be refused at `site`, or `None`; changes nothing (a dry run)."""
+        """Why `decision` would be refused at `site`, or `None`; changes nothing (a dry run).
+
+        The steps of several plays are checked in order, each surgery against the previous one's version.
+        """
+        here, planned = site, 0
         try:
-            if isinstance(decision, Surgery):
-                self._plan(decision.source, site)
-            elif isinstance(decision, Action):
-                compile(decision.code, "<daifu action>", "exec", dont_inherit=True)
-            elif isinstance(decision, SkipIteration):
-                self._continuation(site.version, site.path, Mode.NEXT_ITERATION, Flavour.PLAIN)
+            for step in decision.steps if isinstance(decision, Plays) else (decision,):
+                if isinstance(step, Surgery):
+                    plan = self._plan(step.source, here, len(self.versions) + planned)
+                    here, planned = Site(plan.version, plan.path, site.header), planned + 1
+                elif isinstance(step, Action):
+                    compile(step.code, "<daifu action>", "exec", dont_inherit=True)
+                elif isinstance(step, SkipIteration):
+                    here.version.rewriter.continuation(here.version.fdef, here.path, Mode.NEXT_ITERATION)
         except RepairRefused as refusal:
             return str(refusal)
         except CannotResume as refusal:
@@ -412,7 +480,7 @@ class Vaccine:
             return values
 
         def run() -> Any:
-            handover = self._prepare(decision, crash, _Live(live.site, dict(live.namespace), live.cells), Flavour.TRIAL)
+            handover = self._prepare(decision, crash, live.copy(), Flavour.TRIAL)
             try:
                 result = handover.continuation(handover.start())
             except sandbox.SandboxStop as stop:

@@ -31,10 +31,14 @@ import ast
 import copy
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any, TypeVar
 
-from daifu.core.blocks import COMPOUND, Path, block_of
+from daifu.core.blocks import COMPOUND, TRY, Path, block_of
 from daifu.core.compiling import RUNTIME, no_arguments
 from daifu.core.compiling import place as _at
+
+
+N = TypeVar("N", bound=ast.AST)
 
 
 class Mode(Enum):
@@ -121,15 +125,15 @@ class _Depth:
 
 def final_number(node: ast.stmt) -> int:
     """The number K of a `try ... finally` statement, stamped by `number_finals`."""
-    return node._daifu_final  # type: ignore[attr-defined,no-any-return]
+    return int(getattr(node, "_daifu_final"))  # noqa: B009 - an attribute of ours, not of `ast`  # type: ignore[attr-defined,no-any-return]
 
 
 def number_finals(statements: list[ast.stmt]) -> int:
     """Number the `try ... finally` statements among `statements` (in order); return how many."""
     count = 0
     for statement in statements:
-        if isinstance(statement, COMPOUND) and getattr(statement, "finalbody", None):
-            statement._daifu_final = count  # type: ignore[attr-defined]
+        if isinstance(statement, TRY) and statement.finalbody:
+            setattr(statement, "_daifu_final", count)  # noqa: B010 - an attribute of ours, not of `ast`
             count += 1
     return count
 
@@ -240,7 +244,7 @@ class Rewriter:
         if isinstance(node, ast.Match):
             cases = [self._copy(case, body=self.block(case.body, depth)) for case in node.cases]
             return [self._copy(node, cases=cases)]
-        if isinstance(node, COMPOUND):  # try / try*
+        if isinstance(node, TRY):
             return self._try(node, depth, self.block(node.body, self._try_depth(node, depth)), fresh=True)
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return _at([ast.Pass()], node)  # hoisted to the top of the function: see Scope.declared
@@ -252,7 +256,7 @@ class Rewriter:
         return [node]
 
     @staticmethod
-    def _copy(node: ast.AST, **fields: object) -> ast.AST:
+    def _copy(node: N, **fields: object) -> N:
         fresh = copy.copy(node)
         for key, value in fields.items():
             setattr(fresh, key, value)
@@ -285,7 +289,7 @@ class Rewriter:
 
     def _while(self, node: ast.While, depth: _Depth) -> ast.stmt:
         body = self.block(node.body, depth.inside_loop(node))
-        return self._copy(node, body=body, orelse=self.block(node.orelse, depth))  # type: ignore[return-value]
+        return self._copy(node, body=body, orelse=self.block(node.orelse, depth))
 
     def _with(self, node: ast.With, depth: _Depth) -> list[ast.stmt]:
         item = node.items[0]
@@ -301,7 +305,7 @@ class Rewriter:
         inner = depth.inside_try(node)
         return inner.inside_final(node) if getattr(node, "finalbody", None) else inner
 
-    def _try(self, node: ast.stmt, depth: _Depth, body: list[ast.stmt], fresh: bool) -> list[ast.stmt]:
+    def _try(self, node: ast.Try, depth: _Depth, body: list[ast.stmt], fresh: bool) -> list[ast.stmt]:
         """A `try`, with the user's own handlers first in line and its `finally` disarmable.
 
         `fresh`: the `try` statement starts here (the fast path), rather than being resumed
@@ -309,26 +313,28 @@ class Rewriter:
         """
         is_star = not isinstance(node, ast.Try)
         body = body or _at([ast.Pass()], node)
-        around = depth.inside_final(node) if node.finalbody else depth  # type: ignore[attr-defined]
-        handlers = [self._copy(h, body=self._handler_body(h, node, around)) for h in node.handlers]  # type: ignore[attr-defined]
-        orelse = self.block(node.orelse, around)  # type: ignore[attr-defined]
-        if node.finalbody:  # type: ignore[attr-defined]
+        around = depth.inside_final(node) if node.finalbody else depth
+        handlers = [self._copy(h, body=self._handler_body(h, node, around)) for h in node.handlers]
+        orelse = self.block(node.orelse, around)
+        if node.finalbody:
             orelse = self.catcher(orelse, node, around)
-        if node.finalbody and not is_star:  # type: ignore[attr-defined]
+        if node.finalbody and not is_star:
             body = self.catcher(body, node, around.inside_try(node))
         if handlers and not is_star:
             let_through = ast.ExceptHandler(type=_rt("Handover"), name=None, body=[ast.Raise()])
-            handlers = _at([let_through], node) + handlers  # type: ignore[assignment]
-        if not node.finalbody:  # type: ignore[attr-defined]
+            handlers = _at([let_through], node) + handlers
+        if not node.finalbody:
             return [self._copy(node, body=body, handlers=handlers, orelse=orelse)]
-        inner = [self._copy(node, body=body, handlers=handlers, orelse=orelse, finalbody=[])] if handlers else body
+        inner: list[ast.stmt] = (
+            [self._copy(node, body=body, handlers=handlers, orelse=orelse, finalbody=[])] if handlers else body
+        )
         k = final_number(node)
         final = _at([ast.If(test=_is(f"@fp{k}"), body=[_assign(f"@fp{k}", _call("pending", _name(f"@fx{k}")))],
-                            orelse=[])], node) + self.block(node.finalbody, depth)  # type: ignore[attr-defined]
+                            orelse=[])], node) + self.block(node.finalbody, depth)
         setup = _at([_assign(f"@fx{k}", _call("handled")), _assign(f"@fp{k}", _none())], node) if fresh else []
         return setup + self._disarmable(inner, final, node)
 
-    def _handler_body(self, handler: ast.ExceptHandler, node: ast.stmt, depth: _Depth) -> list[ast.stmt]:
+    def _handler_body(self, handler: ast.ExceptHandler, node: ast.Try, depth: _Depth) -> list[ast.stmt]:
         return self.catcher(self.block(handler.body, depth), handler, depth)
 
     def _disarmable(self, inner: list[ast.stmt], final: list[ast.stmt], where: ast.AST) -> list[ast.stmt]:
@@ -376,7 +382,7 @@ class Rewriter:
         """The vaccinated function: the user's code, plus catchers that cost nothing until a crash."""
         declared = list(self.scope.declared)
         body = declared + self._frame(self.block(fdef.body, _Depth()), fdef, in_continuation=False)
-        return self._copy(fdef, body=body)  # type: ignore[return-value]
+        return self._copy(fdef, body=body)
 
     def continuation(self, fdef: ast.FunctionDef, path: Path, mode: Mode) -> ast.FunctionDef:
         """A function of one argument, the locals snapshot, that runs `fdef` from `path` on.
@@ -390,7 +396,7 @@ class Rewriter:
         body = self._load_locals(fdef) + self._frame(rest, fdef, in_continuation=True)
         arguments = no_arguments()
         arguments.args = [ast.copy_location(ast.arg(arg="@ns"), fdef)]
-        return self._copy(fdef, args=arguments, body=body, decorator_list=[], returns=None)  # type: ignore[return-value]
+        return self._copy(fdef, args=arguments, body=body, decorator_list=[], returns=None)
 
     def _load_locals(self, fdef: ast.FunctionDef) -> list[ast.stmt]:
         """The continuation's prologue, built once per version: its own cells declared `nonlocal`
@@ -450,11 +456,11 @@ class Rewriter:
             body = self.catcher(self._rest(node.body, path, mode, inner), node, inner) or _at([ast.Pass()], node)
             reentered = ast.withitem(context_expr=_name(f"@cm{depth.withs}"), optional_vars=None)
             return _at([ast.With(items=[reentered], body=body)], node)
-        if isinstance(node, COMPOUND):
+        if isinstance(node, TRY):
             if field == "finalbody":
                 return self._resumed_final(node, self._rest(node.finalbody, path, mode, depth), depth)
             inner = self._try_depth(node, depth) if field == "body" else depth
-            if field != "body" and node.finalbody:  # type: ignore[attr-defined]
+            if field != "body" and node.finalbody:
                 inner = inner.inside_final(node)
             return self._resumed_try(node, field, self._rest(block_of(node, field), path, mode, inner), depth)
         raise CannotResume(f"no block {field!r} in a {type(node).__name__} statement")
@@ -493,30 +499,30 @@ class Rewriter:
         """A loop whose every iteration starts with `@rt.watch()`; for the `for @once` of a resumed
         iteration, the loop of the remaining iterations in its `else`. Other statements unchanged."""
         if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == "@once":
-            return self._copy(node, orelse=[self._watched(s) for s in node.orelse])  # type: ignore[return-value]
+            return self._copy(node, orelse=[self._watched(s) for s in node.orelse])
         if isinstance(node, (ast.For, ast.While)):
-            return self._copy(node, body=self._signal("watch", node) + node.body)  # type: ignore[return-value]
+            return self._copy(node, body=self._signal("watch", node) + node.body)
         return node
 
-    def _resumed_try(self, node: ast.stmt, field: str, rest: list[ast.stmt], depth: _Depth) -> list[ast.stmt]:
+    def _resumed_try(self, node: ast.Try, field: str, rest: list[ast.stmt], depth: _Depth) -> list[ast.stmt]:
         if field == "body":
             return self._try(node, depth, rest, fresh=False)
         inner = self.catcher(rest, node, depth)
         if field.startswith("handlers."):
-            handler = node.handlers[int(field.split(".")[1])]  # type: ignore[attr-defined]
+            handler = node.handlers[int(field.split(".")[1])]
             if handler.name:
                 unbind = ast.Delete(targets=[ast.Name(id=handler.name, ctx=ast.Del())])
                 forget = [_assign(handler.name, _none()), unbind]
                 inner = _at([ast.Try(body=inner or [ast.Pass()], handlers=[], orelse=[], finalbody=forget)], handler)
-        if not node.finalbody:  # type: ignore[attr-defined]
+        if not node.finalbody:
             return inner
         k = final_number(node)
-        final = self.block(node.finalbody, depth)  # type: ignore[attr-defined]
+        final = self.block(node.finalbody, depth)
         pending = _at([ast.If(test=_is(f"@fp{k}"), body=[_assign(f"@fp{k}", _call("pending", _name(f"@fx{k}")))],
                               orelse=[])], node)
         return self._disarmable(inner or _at([ast.Pass()], node), pending + final, node)
 
-    def _resumed_final(self, node: ast.stmt, rest: list[ast.stmt], depth: _Depth) -> list[ast.stmt]:
+    def _resumed_final(self, node: ast.Try, rest: list[ast.stmt], depth: _Depth) -> list[ast.stmt]:
         """The rest of a running `finally` clause, then what it was finishing: a pending exception
         is raised again, a pending `return` returns its value, a `break` or `continue` goes on."""
         k = f"@fp{final_number(node)}"

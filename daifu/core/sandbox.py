@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from types import FrameType
 from typing import Any
 
 SANDBOX_ERRNO = errno.EBADE
@@ -70,6 +71,7 @@ class SandboxStop(BaseException):
         super().__init__(effect)
         self.effect = effect
         self.dangerous = dangerous
+        self.frame: FrameType | None = None  # the vaccinated frame it stopped in, set by the runtime
 
 
 def unavailable() -> str | None:
@@ -77,7 +79,7 @@ def unavailable() -> str | None:
     if not sys.platform.startswith("linux"):
         return f"the sandbox needs Linux's seccomp, and this is {sys.platform}"
     try:
-        import pyseccomp  # noqa: F401
+        import pyseccomp  # type: ignore[import-untyped]  # noqa: F401
     except (ImportError, OSError) as error:  # OSError: libseccomp itself is missing
         return f"libseccomp cannot be loaded ({error}); install pyseccomp and libseccomp2"
     return None
@@ -190,7 +192,7 @@ def _inherited_channels() -> list[int]:
 
 
 def _filter_system_calls() -> None:
-    import pyseccomp as seccomp
+    import pyseccomp as seccomp  # type: ignore[import-untyped]
 
     refuse = seccomp.ERRNO(SANDBOX_ERRNO)
     rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)

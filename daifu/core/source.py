@@ -28,12 +28,15 @@ def parse_function(source: str, first_lineno: int, name: str | None = None) -> a
     column offsets, which tracebacks use for their carets, stay those of the file.
     """
     indented = source[:1] in " \t"
-    text = "if 1:\n" + source if indented else source
+    header = "if 1:\n" if indented else ""
+    blank = first_lineno - 1 - len(header.splitlines())  # blank lines put the code on its file lines:
+    shift = 0  # cheaper than moving every node afterwards (`ast.increment_lineno`)
     try:
-        module = ast.parse(text)
+        module = ast.parse("\n" * max(blank, 0) + header + source)
+        shift = min(blank, 0)
     except SyntaxError:
         module = ast.parse(textwrap.dedent(source))
-        indented = False
+        indented, shift = False, first_lineno - 1
     body = module.body[0].body if indented and isinstance(module.body[0], ast.If) else module.body
     defs = [node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if len(defs) != 1 or len(body) != 1:
@@ -41,7 +44,8 @@ def parse_function(source: str, first_lineno: int, name: str | None = None) -> a
     fdef = defs[0]
     if name is not None and fdef.name != name:
         raise SyntaxError(f"the source defines {fdef.name!r}, not {name!r}")
-    ast.increment_lineno(module, first_lineno - (2 if indented else 1))
+    if shift:
+        ast.increment_lineno(module, shift)
     return fdef  # type: ignore[return-value]
 
 

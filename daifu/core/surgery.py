@@ -12,8 +12,8 @@ block that crashed may be wrapped in a new `try` (the run resumes inside it). Th
 the new statement that corresponds to the faulty one, or at the first changed statement of the
 block that crashed when that comes before it (the fix is a line up).
 
-`SurgeryPlan.outside_block` tells whether the surgery also changes code outside the innermost
-block holding the faulty statement; the repair bot's suggestions need a person's approval for that.
+`outside_block` tells whether a surgery also changes code outside the innermost block holding the
+faulty statement; the repair bot's client asks a person's approval for that.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import ast
 import builtins
 import copy
 import difflib
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from daifu.core.blocks import HEADER_KINDS, Path, block_of, child_blocks, node_at
+from daifu.core.blocks import HEADER_KINDS, TRY, Path, block_of, child_blocks
 from daifu.core.rewrite import final_number
 from daifu.core.version import Version
 
@@ -47,7 +48,6 @@ class SurgeryPlan:
     version: Version
     path: Path
     same: bool
-    outside_block: bool
     finals: dict[int, int] = field(default_factory=dict)
 
     def carry(self, namespace: dict[str, Any]) -> None:
@@ -75,8 +75,35 @@ def plan_surgery(old: Version, new: Version, path: Path, known: Collection[str])
             f"the new source reads {names}, which nothing defines (not assigned in the new function, "
             "not a parameter, a module global or a builtin)"
         )
-    line = node_at(old.fdef, path).lineno
-    return SurgeryPlan(new, new_path, same, bool(outside_block(old.fdef, new.fdef, line)), finals)
+    return SurgeryPlan(new, new_path, same, finals)
+
+
+def refusals(old_source: str, first_lineno: int, filename: str, new_source: str, lineno: int,
+             known: Collection[str]) -> list[str]:
+    """Why a surgery replacing `old_source` while it runs the statement at file line `lineno` would
+    be refused, without a live run (the function as a crash report describes it): the same rule the
+    runtime applies (`plan_surgery`), with `known` the names it reads from outside."""
+    from daifu.core.blocks import locate, path_of
+    from daifu.core.version import build_version
+
+    try:
+        old = build_version(0, old_source, first_lineno, filename, 0, ())
+    except (SyntaxError, ValueError) as error:
+        return [f"the crashed function cannot be read: {error}"]
+    try:
+        new = build_version(1, new_source, first_lineno, filename, 0, ())
+    except SyntaxError as error:
+        return [f"the new source does not compile: line {error.lineno}: {error.msg}"]
+    except ValueError as error:
+        return [f"the new source is refused: {error}"]
+    found = locate(old.fdef.body, lineno, None)
+    if found is None:
+        return [f"line {lineno} holds no statement of the crashed function"]
+    try:
+        plan_surgery(old, new, path_of(found[0]), known)
+    except SurgeryRefused as refusal:
+        return [str(refusal)]
+    return []
 
 
 def check_same_signature(old: ast.FunctionDef, new: ast.FunctionDef) -> None:
@@ -153,9 +180,11 @@ def _header_key(node: ast.stmt) -> str:
             continue
         setattr(shallow, name, [])
     if isinstance(node, ast.Match):
-        shallow.cases = [ast.match_case(pattern=c.pattern, guard=c.guard, body=[]) for c in node.cases]
-    if hasattr(node, "handlers"):
-        shallow.handlers = [ast.ExceptHandler(type=h.type, name=h.name, body=[]) for h in node.handlers]
+        cases = [ast.match_case(pattern=c.pattern, guard=c.guard, body=[]) for c in node.cases]
+        setattr(shallow, "cases", cases)  # noqa: B010 - `shallow` is a copy: mypy sees a plain stmt
+    if isinstance(node, TRY):
+        handlers = [ast.ExceptHandler(type=h.type, name=h.name, body=[]) for h in node.handlers]
+        setattr(shallow, "handlers", handlers)  # noqa: B010
     return ast.dump(shallow)
 
 
@@ -204,6 +233,7 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
     statement, to be run from its start), and the enclosing `try ... finally` statements' numbers
     (old to new).
     """
+    header, dump = functools.cache(_header_key), functools.cache(ast.dump)  # each statement keyed once
     old_block: list[ast.stmt] = old.fdef.body
     new_block: list[ast.stmt] = new.fdef.body
     new_path: list[Any] = []
@@ -211,11 +241,11 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
     for level in range(0, len(path) - 1, 2):
         index, field_name = path[level], path[level + 1]
         old_node = old_block[index]
-        steps, new_block = _unwrap(old_block, new_block, {_header_key(old_node)}, _header_key)
+        steps, new_block = _unwrap(old_block, new_block, {header(old_node)}, header)
         new_path += steps
-        mapped = _map_index([_header_key(s) for s in old_block], [_header_key(s) for s in new_block], index)
+        mapped = _map_index([header(s) for s in old_block], [header(s) for s in new_block], index)
         new_node = new_block[mapped] if mapped is not None else None
-        if new_node is None or _header_key(new_node) != _header_key(old_node):
+        if new_node is None or header(new_node) != header(old_node):
             raise SurgeryRefused(_changed_enclosing(old_node, new_block))
         if getattr(old_node, "finalbody", None) and getattr(new_node, "finalbody", None):
             finals[final_number(old_node)] = final_number(new_node)
@@ -225,10 +255,10 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
             raise SurgeryRefused(f"the new source removes the block of line {old_node.lineno} that is running") from None
         new_path += [mapped, field_name]
     index = path[-1]
-    steps, new_block = _unwrap(old_block, new_block, {ast.dump(s) for s in old_block}, ast.dump)
+    steps, new_block = _unwrap(old_block, new_block, {dump(s) for s in old_block}, dump)
     new_path += steps
-    old_dumps = [ast.dump(s) for s in old_block]
-    new_dumps = [ast.dump(s) for s in new_block]
+    old_dumps = [dump(s) for s in old_block]
+    new_dumps = [dump(s) for s in new_block]
     matcher = difflib.SequenceMatcher(None, old_dumps, new_dumps, autojunk=False)
     for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
         if tag != "equal" and i1 <= index:
@@ -260,18 +290,27 @@ _BLOCKS = (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try) +
 
 def outside_block(old: ast.AST, new: ast.AST, line: int) -> list[str]:
     """Why the change reaches beyond the innermost block (loop, with, try, body) holding file line
-    `line` (empty when it does not)."""
+    `line` (empty when it does not): the two trees, with that block emptied, differ."""
     owner_path, key = _block_at(old, line)
-    old_rest, new_rest = copy.deepcopy(old), copy.deepcopy(new)
-    old_owner, new_owner = _follow(old_rest, owner_path), _follow(new_rest, owner_path)
+    old_owner, new_owner = _follow(old, owner_path), _follow(new, owner_path)
     wide = [f"the surgery changes code outside the block that contains line {line} (a wider change needs a person's approval)"]
     if new_owner is None or old_owner is None or type(new_owner) is not type(old_owner):
         return wide
-    _set_list(old_owner, key, [])
-    _set_list(new_owner, key, [])
-    for tree in (old_rest, new_rest):
-        tree.decorator_list = []  # type: ignore[attr-defined]
-    return [] if ast.dump(old_rest) == ast.dump(new_rest) else wide
+    return [] if _without(old, old_owner, key) == _without(new, new_owner, key) else wide
+
+
+def _without(tree: ast.AST, owner: ast.AST, key: str) -> str:
+    """`tree` dumped with the statement list `key` of `owner` emptied, and no decorators; the tree is
+    changed only while it is dumped."""
+    block = _get_list(owner, key) or []
+    decorators = getattr(tree, "decorator_list", [])
+    _set_list(owner, key, [])
+    setattr(tree, "decorator_list", [])  # noqa: B010
+    try:
+        return ast.dump(tree)
+    finally:
+        _set_list(owner, key, block)
+        setattr(tree, "decorator_list", decorators)  # noqa: B010
 
 
 def _lists(node: ast.AST) -> list[tuple[str, list[ast.stmt]]]:

@@ -11,6 +11,7 @@ from types import CodeType
 from daifu.core.blocks import annotate, child_blocks
 from daifu.core.compiling import compile_definition
 from daifu.core.rewrite import Flavour, Rewriter, Scope, number_finals
+from daifu.core.seedscope import SeedNames, body_definition, declared_body, seed_names
 from daifu.core.source import normalize, parse_function
 
 
@@ -20,6 +21,8 @@ class Version:
 
     `fdef` is the normalized, path-annotated tree: the reference for locating crashes and for
     mapping a surgery; generated code shares its nodes but never changes them.
+    `seed_names`: under the prototype's scope model (`daifu.core.seedscope`), the names this version
+    shares with the module; its code is then the body's: no parameters, those names `global`.
     """
 
     number: int
@@ -30,6 +33,7 @@ class Version:
     fast_code: CodeType
     plain_code: CodeType
     runtime: object = None
+    seed_names: SeedNames | None = None
 
     @cached_property
     def rewriter(self) -> Rewriter:
@@ -96,21 +100,28 @@ def build_version(
     flags: int,
     free_names: tuple[str, ...],
     runtime: object = None,
+    seed: bool = False,
 ) -> Version:
     """Parse, check and compile one source of the function; raises SyntaxError/ValueError if bad.
 
     `free_names` are the original function's free variables: the fast path has exactly those, so
-    it can replace the original's code in place. `runtime` is what its `@rt` stands for.
+    it can replace the original's code in place. `runtime` is what its `@rt` stands for. `seed`:
+    compile the body of a function under the prototype's scope model (`daifu.core.seedscope`).
     """
     fdef = normalize(parse_function(source, first_lineno))
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise ValueError("the source defines an async function")
     annotate(fdef)
-    plain_code = compile_definition(fdef, filename, flags, free_names)
+    compiled, names = fdef, None
+    seed_declared: tuple[ast.stmt, ...] = ()
+    if seed:
+        names = seed_names(fdef, free_names)
+        compiled, seed_declared = declared_body(fdef, names)
+    plain_code = compile_definition(compiled, filename, flags, free_names)
     if plain_code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         raise ValueError("the source defines a generator (it uses `yield` or `await`)")
     statements = _walk_function(fdef)
-    declared = tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
+    declared = seed_declared + tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
     cells = set(plain_code.co_cellvars) | set(free_names)
     finals = number_finals(statements)
     loops, withs = _depths(fdef.body)
@@ -127,6 +138,6 @@ def build_version(
         declared=declared,
         finals=finals,
     )
-    fast = Rewriter(scope).fast_path(fdef)
+    fast = Rewriter(scope).fast_path(body_definition(fdef) if seed else fdef)
     fast_code = compile_definition(fast, filename, flags, free_names, runtime)
-    return Version(number, source, first_lineno, fdef, scope, fast_code, plain_code, runtime)
+    return Version(number, source, first_lineno, fdef, scope, fast_code, plain_code, runtime, names)

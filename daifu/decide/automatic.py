@@ -26,7 +26,7 @@ import sys
 import textwrap
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from daifu.config import Settings
 from daifu.core.crash import Crash
@@ -235,14 +235,23 @@ def rank(found: list[Candidate]) -> list[Candidate]:
     return sorted(found, key=lambda c: isinstance(c.decision, _SKIPPING))
 
 
-def to_decision(suggestion: Suggestion) -> Decision:
-    """The daifu decision carrying out `suggestion`."""
+class SuggestionLike(Protocol):
+    """What `to_decision` reads of a suggestion (the protocol's, or one a person edited)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def code(self) -> str: ...
+
+
+def to_decision(suggestion: SuggestionLike) -> Decision:
+    """The daifu decision carrying out `suggestion` (a patch's `target`, when it has one)."""
     if suggestion.kind == "surgery":
         return Surgery(suggestion.code)
     if suggestion.kind == "action":
         return Action(suggestion.code)
     if suggestion.kind == "patch_function":
-        return Patch(suggestion.target or "", suggestion.code)
+        return Patch(getattr(suggestion, "target", None) or "", suggestion.code)
     if suggestion.kind == "skip_iteration":
         return SkipIteration()
     return Retry() if suggestion.kind == "retry" else Skip()

@@ -5,16 +5,19 @@ time. Two records are understood:
 
 - the prototype's `TRANSFORM_REGISTRY['REPEAT_ACTIONS'] = ['Surgery', 'Action', 'Pass', ...]`: one
   element per repair N, its code read from the workspace files `(surgery-N)<func>.py` and
-  `(action-N)<func>.py`; an element may be a list of plays for one crash;
+  `(action-N)<func>.py`. `Pass` runs the faulty statement again, as in the prototype. An element
+  may be a list of plays for one crash (`['Action', 'Surgery']`): they are carried out together,
+  in order, as one decision (`Plays`); a `Pass` or `Retry` among other plays changes nothing
+  (the prototype ignores them);
 - `configure(mode="replay")`: the successful repairs of the last recorded run in
   `<workspace>/repairs.jsonl`, which also say where each crash was, so a crash that differs is
-  noticed.
+  noticed. Entries written before `Skip` had its name (no `plays_version`) say `Pass` for a skip,
+  and are read so.
 
-One decision answers one offer of a crash, so the plays of a list are given one per offer: the
-next play answers the same crash when the runtime refused the previous one or the crash recurred
-at once. When the run departs from the record, the replay stops, says why (a warning and a record
-line), and every later crash goes on down the decision chain (the console at a terminal, else it
-raises).
+Each offer of a crash takes the next recorded repair, as each crash took the next element in the
+prototype: when the runtime refuses one (state untouched), the next answers. When the run
+departs from the record, the replay stops, says why (a warning and a record line), and every
+later crash goes on down the decision chain (the console at a terminal, else it raises).
 """
 
 from __future__ import annotations
@@ -40,12 +43,14 @@ from daifu.core.decisions import Decision
 class Step:
     """One recorded repair: its number N, its plays, and where it happened when the record says.
 
-    `codes` is `None` for the prototype's format, whose code lives in the workspace files.
+    `stored` is the decision as `repairs.jsonl` stored it (`decisions.to_data`), written with plays
+    `version`; `None` for the prototype's format, whose code lives in the workspace files.
     """
 
     number: int
     names: tuple[str, ...]
-    codes: tuple[str | None, ...] | None = None
+    stored: dict[str, Any] | None = None
+    version: int = decisions.PLAYS_VERSION
     function: str | None = None
     line: int | None = None
     exception_type: str | None = None
@@ -62,11 +67,16 @@ class Step:
             f"this run has {crash.exception_type} in {crash.qualname} line {crash.lineno}"
         )
 
-    def decision(self, index: int, crash: Crash) -> Decision:
-        """Play `index` of this step as a decision; `decisions.BadDecision` or `OSError` when it cannot be read."""
-        name = self.names[index]
-        if self.codes is not None:
-            return decisions.from_play(name, self.codes[index])
+    def decision(self, crash: Crash) -> Decision:
+        """This step as one decision; `decisions.BadDecision` or `OSError` when it cannot be read."""
+        if self.stored is not None:
+            return decisions.from_data(self.stored, self.version)
+        plays = [self._play(name, crash) for name in self.names]
+        if len(plays) > 1:
+            plays = [play for play in plays if not isinstance(play, decisions.Retry)] or [decisions.Retry()]
+        return plays[0] if len(plays) == 1 else decisions.Plays(tuple(plays))  # type: ignore[arg-type]
+
+    def _play(self, name: str, crash: Crash) -> Decision:
         if name not in ("Surgery", "Action"):
             return decisions.from_play(name, None)
         path = (workspace.surgery_file if name == "Surgery" else workspace.action_file)(
@@ -80,46 +90,28 @@ class Stopped(Exception):
 
 
 class Replay:
-    """The steps not yet replayed, and the one in progress.
+    """The recorded repairs not yet replayed.
 
-    steps: the recorded repairs still ahead; current: the step answering the present crash, with
-    `used` of its plays given; stopped: set once the run departed from the record, for good.
+    steps: the recorded repairs still ahead; stopped: set once the run departed from the record, for good.
     """
 
     def __init__(self, steps: list[Step], origin: str) -> None:
         self.steps = deque(steps)
         self.origin = origin
-        self.current: Step | None = None
-        self.used = 0
         self.stopped = False
 
     def answer(self, crash: Crash) -> Decision:
-        """The recorded decision for `crash`; `Stopped` when there is none."""
-        step = self._continuing(crash) or self._next_step(crash)
-        try:
-            decision = step.decision(self.used, crash)
-        except (decisions.BadDecision, OSError) as error:
-            raise Stopped(f"repair {step.number} cannot be replayed: {error}") from None
-        self.used += 1
-        return decision
-
-    def _continuing(self, crash: Crash) -> Step | None:
-        """The current step, if `crash` is its crash offered again (refused, or recurring at once)."""
-        step = self.current
-        again = bool(crash.tried) or crash.attempt > 1
-        if step is not None and again and self.used < len(step.names) and step.mismatch(crash) is None:
-            return step
-        return None
-
-    def _next_step(self, crash: Crash) -> Step:
+        """The next recorded decision, for `crash`; `Stopped` when there is none or it does not fit."""
         if not self.steps:
             raise Stopped(f"{self.origin} has no more repairs")
-        step = self.current = self.steps.popleft()
-        self.used = 0
+        step = self.steps.popleft()
         mismatch = step.mismatch(crash)
         if mismatch is not None:
             raise Stopped(f"repair {step.number} does not match: {mismatch}")
-        return step
+        try:
+            return step.decision(crash)
+        except (decisions.BadDecision, OSError) as error:
+            raise Stopped(f"repair {step.number} cannot be replayed: {error}") from None
 
 
 _lock = threading.Lock()
@@ -138,7 +130,7 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
             _say_stopped(str(stop))
             return None
     say(
-        f"replay: {decisions.play_name(decision)} for {crash.exception_type} in "
+        f"replay: {'+'.join(decisions.step_names(decision))} for {crash.exception_type} in "
         f"{crash.qualname} line {crash.lineno}"
     )
     return decision
@@ -184,7 +176,8 @@ def _record_steps(settings: Settings) -> tuple[list[Step], str]:
         Step(
             e.get("repair", n),
             (str(e["decision"]),),
-            (e.get("code"),),
+            {"play": e["decision"], "code": e.get("code"), "target": e.get("target"), "steps": e.get("steps")},
+            e.get("plays_version", decisions.PLAYS_VERSION_1),
             e.get("function"),
             e.get("line"),
             e.get("exception_type"),

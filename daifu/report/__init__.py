@@ -1,1 +1,1 @@
-"""report"""
+"""What the repair bot sees: the crash report built from a live crash, bounded summaries, redaction."""

@@ -17,7 +17,7 @@ import sys
 import sysconfig
 import traceback
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 from collections.abc import Iterator
 
 from daifu.core.crash import Crash
@@ -155,6 +155,7 @@ def _chain(error: BaseException) -> Iterator[ChainedException]:
     """The causes and contexts of `error`, as Python prints them, stopping at a cycle."""
     seen = {id(error)}
     current: BaseException | None = error
+    relation: Literal["cause", "context"]
     for _ in range(_MAX_CAUSES):
         if current is None:
             return

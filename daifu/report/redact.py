@@ -50,6 +50,8 @@ SECRET_WORDS = (
 (`tokens`, `pad_token`, `key_padding_mask`), so only the exact names `token` and `auth` are added."""
 _SECRET_KEY = re.compile(rf"(?i)(?:{SECRET_WORDS})")
 _EXACT_SECRET_KEYS = frozenset({"token", "auth", "pass", "pw", "aws_secret_access_key"})
+_NOT_SECRET = frozenset({"pwd", "oldpwd"})
+"""Names that only look secret: the shell's working directories (`$PWD`, `$OLDPWD`)."""
 
 Replacer = Callable[["re.Match[str]"], str]
 
@@ -57,7 +59,10 @@ Replacer = Callable[["re.Match[str]"], str]
 @functools.lru_cache(maxsize=4096)
 def is_secret_key(name: str) -> bool:
     """Whether a dict key, a keyword or a variable's name suggests that its value is a credential."""
-    return name.lower() in _EXACT_SECRET_KEYS or bool(_SECRET_KEY.search(name))
+    lowered = name.lower()
+    if lowered in _NOT_SECRET:
+        return False
+    return lowered in _EXACT_SECRET_KEYS or bool(_SECRET_KEY.search(name))
 
 
 def _placeholder(kind: str, matched: str) -> str:

@@ -3,8 +3,22 @@
 The log has, in order, `Program Begin`, per crash `Repair N Begin`, `Repairing... <Play>` for
 each play taken, `Repair N End` (or `Repair Fails`), and `Program End`, each line stamped to the
 millisecond as loguru's default format does (`2026-11-30 12:00:00.123 | INFO     | ...`), so the
-prototype's scripts read it and restore times are measurable from it. Lines are plain appends:
-the record needs no logging library. Each repair also becomes one object of `repairs.jsonl`
+prototype's scripts read it and restore times are measurable from it. Every event is one line:
+a message with line breaks (an exception's text) is written with ` ⏎ ` in their place.
+
+The life cycle is the prototype's. The main process starts the record afresh, with `Program
+Begin`, when it first needs it (the first vaccination, never at import) — unless
+`<record>.lock` exists: a restarted run then appends to the record of the run it continues.
+A child process (a DataLoader worker) appends to its parent's. `log_program_end` writes `Program
+End`, copies the record to `experiment_record_<time>.log` when the run is a repeated experiment
+(`'REPEAT_ACTIONS'` set in `TRANSFORM_REGISTRY`, even to `None`) or a milestone, and removes the lock;
+a program that does not call it gets its `Program End` at exit (`Program End with Exception <type>:
+<message>`, level ERROR, when an uncaught exception ended it).
+
+Lines are plain appends through one line-buffered file: the record needs no logging library.
+The program's own lines from loguru's logger (`daifu.logger`, the prototype's) come in through
+`loguru_sink`, a sink that writes through that same file, so both kinds keep their order and
+never overwrite each other. Each repair also becomes one object of `repairs.jsonl`
 (`daifu.store.repairs`).
 """
 
@@ -14,15 +28,27 @@ import atexit
 import multiprocessing
 import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from daifu import config, ranks
 from daifu.core.crash import Crash
-from daifu.core.decisions import Decision, Surgery, code_of, play_name
+from daifu.core.decisions import (
+    PLAYS_VERSION,
+    Decision,
+    Patch,
+    Plays,
+    Surgery,
+    code_of,
+    play_name,
+    step_names,
+    to_data,
+)
 from daifu.report.redact import redact
 from daifu.say import say
 from daifu.state import RUN
@@ -36,17 +62,32 @@ _current = threading.local()
 _record: dict[str, Any] = {}
 
 
+def _raw_path() -> Path:
+    return Path(os.environ.get("DAIFU_RECORD") or RECORD_FILE)
+
+
 def _path() -> Path:
-    raw = Path(os.environ.get("DAIFU_RECORD") or RECORD_FILE)
+    raw = _raw_path()
     number = ranks.rank()
     return raw if number is None else raw.with_name(f"{raw.stem}.rank{number}{raw.suffix}")
 
 
-def _file() -> LineFile:
-    """The record file now in effect, begun (`Program Begin`) on first use.
+def lock_path() -> Path:
+    """`experiment_record.log.lock`: while it exists, a new run continues the record instead of
+    starting it afresh (the prototype's convention for restarted runs; one lock for every rank)."""
+    raw = _raw_path().absolute()
+    return raw.with_name(raw.name + ".lock")
 
-    The main process of a run starts the record afresh, as the prototype did; a child process
-    (a DataLoader worker, a `multiprocessing` helper) appends to its parent's.
+
+def _main_process() -> bool:
+    return multiprocessing.parent_process() is None
+
+
+def _file() -> LineFile:
+    """The record file now in effect, begun on first use.
+
+    The main process starts it afresh with `Program Begin`, unless the lock file says this run
+    continues the last one; a child process appends to its parent's.
     """
     path = _path().absolute()
     with _lock:
@@ -55,25 +96,76 @@ def _file() -> LineFile:
             return current  # type: ignore[no-any-return]
         if current is not None:
             current.close()
-        fresh = multiprocessing.parent_process() is None
-        _record["file"] = LineFile(path, "w" if fresh else "a")
-    _line("INFO", "Program Begin")
+        fresh = _main_process() and not lock_path().exists()
+        if fresh:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(b"")
+            except OSError:
+                pass  # the first write says so, once
+        _record["file"] = LineFile(path, "a")  # appends even after a truncation: no writer overwrites another
+        _record["ended"] = False
+    if fresh:
+        _line("INFO", "Program Begin")
+    if "loguru" in sys.modules:  # a program that logs with loguru gets its lines in the record, as before
+        loguru_logger()
     return _record["file"]  # type: ignore[no-any-return]
 
 
 @atexit.register
 def _close() -> None:
+    """At exit: end the main process's record with `Program End` if the program did not (`Program End
+    with Exception <type>: <message>`, level ERROR, when an uncaught exception ended it), then close it."""
     current = _record.get("file")
-    if current is not None:
-        current.close()
+    if current is None:
+        return
+    if not _record.get("ended") and _main_process():
+        # Set by the interpreter when an uncaught exception ends the program (an IPython kernel sets it
+        # for the last error a cell showed, so a notebook's record ends with that one).
+        error = getattr(sys, "last_value", None)
+        if error is None:
+            _line("INFO", "Program End")
+        else:
+            _line("ERROR", f"Program End with Exception {type(error).__name__}: {one_line(_message(error))[:300]}")
+    current.close()
 
 
-def _line(level: str, message: str) -> None:
-    now = time.time()
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+def _message(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # an exception whose __str__ fails still ends the record
+        return "<message unavailable>"
+
+
+def one_line(text: str) -> str:
+    """`text` with its line breaks shown as ` ⏎ `: one event stays one line for line-oriented readers."""
+    return " ⏎ ".join(text.splitlines()) if text else text
+
+
+def _line(level: str, message: str, source: str = "daifu:record:0", when: datetime | None = None) -> None:
+    moment = when or datetime.now()
+    stamp = moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
     number = ranks.rank()
     where = f"rank {number} | " if number is not None else ""
-    _record["file"].write(f"{stamp} | {level:<8} | {where}daifu:record:0 - {message}")
+    _record["file"].write(f"{stamp} | {level:<8} | {where}{source} - {one_line(message)}")
+
+
+def loguru_sink(message: Any) -> None:
+    """A loguru sink writing each of the program's log lines into the record, in its format."""
+    record = message.record
+    text = str(message).rstrip("\n")  # the message, and the traceback of `logger.exception`
+    _file()
+    _line(record["level"].name, text, f"{record['name']}:{record['function']}:{record['line']}", record["time"])
+
+
+def loguru_logger() -> Any:
+    """loguru's logger, with the record as one of its sinks (once per process): `daifu.logger`."""
+    from loguru import logger
+
+    with _lock:
+        if "sink" not in _record:
+            _record["sink"] = logger.add(loguru_sink, format="{message}", colorize=False)
+    return logger
 
 
 def _write(level: str, message: str) -> None:
@@ -82,25 +174,35 @@ def _write(level: str, message: str) -> None:
 
 
 def program_begin() -> None:
-    """Write `Program Begin` (once per record file)."""
+    """Begin the record, if this process has not yet (at the first vaccination)."""
     _file()
 
 
 def log_program_end(value: Any = "", folder: str | os.PathLike[str] | None = None, milestone: bool = False) -> None:
-    """Write the `Program End` line, with the run's quality measure when given (the prototype's API).
+    """Write `Program End`, with the run's quality measure when given (the prototype's API).
 
-    With `milestone=True`, or while replaying a prototype `REPEAT_ACTIONS` list, the record is also
-    copied to `experiment_record_<time>.log` (in `folder` if given), which the prototype's
-    repeat-experiment scripts collect.
+    When `'REPEAT_ACTIONS'` is in `TRANSFORM_REGISTRY` (a repeated experiment, even with `None`)
+    or `milestone` is true, the record is copied to `experiment_record_<time.time()>.log` — in
+    `folder` (relative to the working directory, created if needed), else beside the record —
+    which the prototype's repeat-experiment scripts collect. Then the lock file is removed.
+    Only the main process ends the program; in a child process this does nothing.
     """
+    if not _main_process():
+        return
     _write("INFO", f"Program End with Quality Measure {value}" if value != "" else "Program End")
-    if milestone or config.TRANSFORM_REGISTRY.get("REPEAT_ACTIONS"):
-        target = Path(folder) if folder is not None else Path.cwd()
+    _record["ended"] = True
+    if milestone or "REPEAT_ACTIONS" in config.TRANSFORM_REGISTRY:
+        source = _record["file"].path
+        target = Path.cwd() / folder if folder is not None else source.parent
         try:
             target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(_record["file"].path, target / f"experiment_record_{time.time()}.log")
+            shutil.copyfile(source, target / f"{source.stem}_{time.time()}{source.suffix}")
         except OSError as error:
             note(f"could not copy the record to {target}: {error}")
+    try:
+        lock_path().unlink(missing_ok=True)
+    except OSError as error:
+        note(f"could not remove {lock_path()}: {error}")
 
 
 def note(text: str) -> None:
@@ -122,14 +224,19 @@ class Entry:
 
     def decided(self, decision: Decision, decided_by: str) -> None:
         self.decision, self.decided_by = decision, decided_by
-        self.plays.append(play_name(decision))
-        _write("INFO", f"Repairing... {play_name(decision)}")
+        for name in step_names(decision):  # one line per play, as the prototype writes a list's
+            self.plays.append(name)
+            _write("INFO", f"Repairing... {name}")
 
     def refused(self, decision: Decision, decided_by: str, reason: str) -> None:
-        _write("WARNING", f"Repair {self.number}: {play_name(decision)} from {decided_by} refused: {reason}")
+        what = "+".join(step_names(decision))
+        _write("WARNING", f"Repair {self.number}: {what} from {decided_by} refused: {reason}")
 
-    def resumed(self, seconds: float) -> None:
+    def resumed(self, started: float) -> None:
+        """The run resumes now; `started` was `time.perf_counter()` at the crash. The restore time
+        recorded covers everything from the crash to here, this record line included."""
         _write("INFO", f"Repair {self.number} End")
+        seconds = time.perf_counter() - started
         self._save(seconds * 1000.0)
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
         say(f"repair {self.number}: {self._where()}: {self._what()} (by {self.decided_by}){trial}; "
@@ -151,6 +258,8 @@ class Entry:
             return "nothing"
         code = code_of(decision) or ""
         first = next((line.strip() for line in code.splitlines() if line.strip() and not line.lstrip().startswith(("@", "def "))), "")
+        if isinstance(decision, Plays):
+            return "+".join(step_names(decision))
         return play_name(decision) + (f" `{first[:60]}`" if first and not isinstance(decision, Surgery) else "")
 
     def _save(self, duration_ms: float | None) -> None:
@@ -168,6 +277,8 @@ class Entry:
                 "exception_message": redact(self.crash.message),  # the record is shown and shared
                 "decision": play_name(decision) if decision is not None else "Raise",
                 "code": code_of(decision) if decision is not None else None,
+                **_decision_extras(decision),
+                "plays_version": PLAYS_VERSION,
                 "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,
                 "decided_by": self.decided_by,
                 "plays": self.plays,
@@ -176,6 +287,14 @@ class Entry:
                 **self.extra,
             }
         )
+
+
+def _decision_extras(decision: Decision | None) -> dict[str, Any]:
+    """What besides its play name and code a stored decision needs to be replayed."""
+    if isinstance(decision, (Patch, Plays)):
+        data = to_data(decision)
+        return {key: data[key] for key in ("target", "steps") if key in data}
+    return {}
 
 
 def begin(crash: Crash) -> Entry:

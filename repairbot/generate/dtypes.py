@@ -67,7 +67,7 @@ def _operands(view: View) -> dict[str, list[str]]:
         if view.is_tensor(name) and isinstance(facts.get("dtype"), str):
             found[name] = [facts["dtype"]]
         elif isinstance(facts.get("items"), list) and view.type_of(name) in ("tuple", "list"):
-            dtypes = [item.get("dtype") for item in facts["items"] if isinstance(item, dict) and item.get("dtype")]
+            dtypes = [item["dtype"] for item in facts["items"] if isinstance(item, dict) and isinstance(item.get("dtype"), str)]
             if dtypes:
                 found[name] = dtypes
     return found

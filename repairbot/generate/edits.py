@@ -10,6 +10,7 @@ is still exactly one `def` that parses.
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 
 from repairbot.generate.view import View
 from repairbot.signs import parse_def
@@ -34,7 +35,7 @@ def atom(view: View, node: ast.AST) -> str:
     return f"({written})"
 
 
-def replace(view: View, changes: list[tuple[ast.AST, str]]) -> str | None:
+def replace(view: View, changes: Sequence[tuple[ast.AST, str]]) -> str | None:
     """The function's source with each node's text replaced; `None` if spans overlap or it does not parse."""
     if not changes:
         return None

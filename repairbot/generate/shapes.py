@@ -170,11 +170,11 @@ def _matmul(view: View) -> Iterator[Candidate | None]:
         if len(shape) >= 2 and shape[-2] == c and shape[-1] == b:
             yield _edit(view, node, "{a}.transpose(-2, -1)", f"`{edits.text(view, node)}` has its last two "
                         f"dimensions swapped ({tuple(shape)}; {c} features wanted).", 1)
-    for node in view.walk():
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
-            right = infer.shape(view, node.right)
+    for product in view.walk():
+        if isinstance(product, ast.BinOp) and isinstance(product.op, ast.MatMult):
+            right = infer.shape(view, product.right)
             if right and len(right) >= 2 and right[-1] == b and right[-2] == d:
-                yield _edit(view, node.right, "{a}.transpose(-2, -1)", "The right operand of `@` is transposed.", 1)
+                yield _edit(view, product.right, "{a}.transpose(-2, -1)", "The right operand of `@` is transposed.", 1)
 
 
 def _missing_batch(view: View) -> Iterator[Candidate | None]:

@@ -1,0 +1,111 @@
+"""The run's record: `Program End` however the program ends, and one numbering of repairs for every reader.
+
+Programs run in real subprocesses, as a user runs them; the record files are read as written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from daifu.cli import main as cli
+
+PROGRAM = """
+import daifu
+
+def policy(crash):
+    if crash.locals["item"] == "2":
+        return daifu.Action("item = int(item)")
+    return daifu.Skip()
+
+daifu.set_policy(policy)
+
+@daifu.transform
+def add_all(items):
+    total = 0
+    for item in items:
+        total = total + item
+    return total
+
+print("total", add_all([1, "2", 3, "4"]))
+"""
+
+
+def run(tmp_path: Path, ending: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(PROGRAM) + textwrap.dedent(ending))
+    variables = {k: v for k, v in os.environ.items() if not k.startswith("DAIFU_")}
+    variables.update(
+        DAIFU_WORKSPACE=str(tmp_path / "daifu_workspace"), DAIFU_RECORD=str(tmp_path / "experiment_record.log"), **env
+    )
+    return subprocess.run(
+        [sys.executable, str(script)], env=variables, cwd=tmp_path, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def messages(path: Path) -> list[str]:
+    """Each line's level and message (`INFO | Program End`), without its time stamp."""
+    found = []
+    for line in path.read_text().splitlines():
+        stamp, level, _where, message = re.fullmatch(r"(\S+ \S+) \| (\S+) *\| (.*?) - (.*)", line).groups()  # type: ignore[union-attr]
+        found.append(f"{level} | {message}")
+    return found
+
+
+def test_a_normal_run_ends_its_record_with_program_end(tmp_path: Path) -> None:
+    done = run(tmp_path)
+    assert done.returncode == 0 and "total 6" in done.stdout, done.stderr
+    assert messages(tmp_path / "experiment_record.log") == [
+        "INFO | Program Begin",
+        "INFO | Repair 1 Begin",
+        "INFO | Repairing... Action",
+        "INFO | Repair 1 End",
+        "INFO | Repair 2 Begin",
+        "INFO | Repairing... Pass",
+        "INFO | Repair 2 End",
+        "INFO | Program End",
+    ]
+
+
+def test_a_program_that_logs_its_end_gets_one_program_end(tmp_path: Path) -> None:
+    done = run(tmp_path, "daifu.log_program_end(0.93)\n")
+    assert done.returncode == 0, done.stderr
+    ends = [m for m in messages(tmp_path / "experiment_record.log") if "Program End" in m]
+    assert ends == ["INFO | Program End with Quality Measure 0.93"]
+
+
+def test_a_program_ended_by_an_exception_says_so_in_its_last_line(tmp_path: Path) -> None:
+    done = run(tmp_path, "raise KeyError('checkpoint_config')\n")
+    assert done.returncode == 1 and "KeyError: 'checkpoint_config'" in done.stderr
+    last = messages(tmp_path / "experiment_record.log")[-1]
+    assert last == "ERROR | Program End with Exception KeyError: 'checkpoint_config'"
+
+
+def test_show_and_report_number_the_repairs_of_two_ranks_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for rank in ("0", "1"):  # two ranks of one job (RANK, WORLD_SIZE), each with two crashes at one line
+        done = run(tmp_path, RANK=rank, WORLD_SIZE="2")
+        assert done.returncode == 0, done.stderr
+    workspace = tmp_path / "daifu_workspace"
+    assert sorted(p.name for p in workspace.glob("repairs*.jsonl")) == ["repairs.rank0.jsonl", "repairs.rank1.jsonl"]
+    assert messages(tmp_path / "experiment_record.rank1.log")[-1] == "INFO | Program End"
+
+    assert cli.main(["show"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["1", "2", "3", "4"]
+    assert sorted((row[-1], row[6]) for row in rows) == [("0", "Action"), ("0", "Pass"), ("1", "Action"), ("1", "Pass")]
+    for row in rows:
+        assert cli.main(["report", row[0]]) == 0
+        shown = dict(
+            line.strip().split(": ", 1) for line in capsys.readouterr().out.splitlines() if ": " in line[:19]
+        )
+        assert (shown["rank"], shown["decision"], f"job.py:{shown['line']}") == (row[-1], row[6], row[4])
+        assert shown["statement"] == "total = total + item"
