@@ -60,7 +60,7 @@ class Settings:
     bot_deadline: float = 45.0
     max_attempts: int = 3
     workspace: Path = Path("daifu_workspace")
-    max_trials: int = 4
+    max_trials: int = 8
     trial_seconds: float = 5.0
     remote_deadline: float = 3600.0
     remote_fallback: str = "raise"

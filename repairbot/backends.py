@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from repairbot.bounds import MAX_SUGGESTIONS
 from repairbot.protocol import CrashReport
 from repairbot.deadline import Deadline
 from repairbot.protocol import BackendInfo, Diagnosis, Exchange, Suggestion, Transcript
 from repairbot.rules import analyse
 
-MAX_SUGGESTIONS = 8
 NO_QUESTIONS = (
     "The rules engine answers no free-form questions: its diagnosis and suggestions are all it can say "
     "(a model does: `daifu serve --backend openai`)."

@@ -22,9 +22,15 @@ MAX_SOURCE = 64 * 1024
 """Characters of a function's source the rules will edit; a longer function gets no surgery from them."""
 MAX_VALUE_TEXT = 300
 
-MAX_SUGGESTIONS = 8
-MAX_WHOLE_DEFS = 3
-"""Suggestions carrying a whole `def` (surgery, patch_function): each repeats the function's source."""
+MAX_SUGGESTIONS = 12
+"""Suggestions in one answer. The offline engine generates candidate edits for the client to try in turn
+(`repairbot.generate`), up to `daifu`'s `max_trials` (8) of them: 12 leaves room past those for the ones a
+client cannot use (outside its allowlist, refused by its checks) and for the rules' actions and control
+decisions, which cost a trial each."""
+MAX_WHOLE_DEFS = 10
+"""Suggestions carrying a whole `def` (surgery, patch_function): each repeats the function's source
+(at most `MAX_SOURCE` characters), so an answer stays under 1 MiB of code. Generated candidates are mostly
+surgeries, one edit each."""
 MAX_CODE = 64 * 1024
 """Characters of one suggestion's code; a longer one is dropped."""
 MAX_TARGET = 2000

@@ -31,9 +31,9 @@ import ast
 import copy
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from daifu.core.blocks import COMPOUND, TRY, Path, block_of
+from daifu.core.blocks import TRY, Path, block_of
 from daifu.core.compiling import RUNTIME, no_arguments
 from daifu.core.compiling import place as _at
 

@@ -27,12 +27,25 @@ import os
 import sys
 import textwrap
 import time
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from daifu.config import Settings
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Patch, Raise, Retry, Skip, SkipIteration, Surgery, code_of, play_name
+from daifu.core.decisions import (
+    Action,
+    BadDecision,
+    Decision,
+    Patch,
+    Raise,
+    Retry,
+    Skip,
+    SkipIteration,
+    Surgery,
+    code_of,
+    from_play,
+    play_name,
+)
 from daifu.core.trial import Outcome, Verdict
 from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.decide import watch
@@ -40,7 +53,8 @@ from daifu.decide.allowlist import check_suggestion, context_for
 from daifu.report.build import build_report
 from daifu.report.redact import has_placeholder, restore_lines
 from daifu.say import say, say_once
-from daifu.store import record
+from daifu.state import RUN
+from daifu.store import record, repairs
 from repairbot.protocol import CrashReport, Diagnosis, Suggestion, fingerprint
 
 RECORD_NAME = "repairbot_suggestions.jsonl"
@@ -54,13 +68,43 @@ class Candidate:
     problems: why the runtime would refuse it (it cannot be applied at all).
     unsafe: why its code may not run without a person (outside the allowlist).
     verdict: its trial's verdict, once tried.
+
+    With a `crash`, `problems` and `unsafe` are worked out when first asked: the runtime's check builds
+    and compiles the new version (tens of milliseconds a surgery), and `approve="auto"` asks only for
+    the candidates it reaches, in rank order.
     """
 
     suggestion: Suggestion
     decision: Decision
-    problems: tuple[str, ...] = ()
-    unsafe: tuple[str, ...] = ()
+    given_problems: tuple[str, ...] | None = None
+    given_unsafe: tuple[str, ...] | None = None
     verdict: Verdict | None = None
+    crash: Crash | None = field(default=None, repr=False)
+    shared: dict[str, Any] = field(default_factory=dict, repr=False)
+    """What the candidates of one crash share once worked out (the allowlist's context of the frame)."""
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        if self.given_problems is None:
+            self.given_problems = _problems(self.crash, self.decision) if self.crash is not None else ()
+        return self.given_problems
+
+    @property
+    def unsafe(self) -> tuple[str, ...]:
+        if self.given_unsafe is None:
+            found: tuple[str, ...] = ()
+            if self.crash is not None:
+                if "context" not in self.shared:
+                    self.shared["context"] = context_for(self.crash)
+                code = code_of(self.decision) or ""
+                found = tuple(check_suggestion(self.suggestion, self.shared["context"], code).reasons)
+            self.given_unsafe = found
+        return self.given_unsafe
+
+    @property
+    def checked(self) -> bool:
+        """Whether the runtime's check has been made (the record says so for each suggestion)."""
+        return self.given_problems is not None
 
     @property
     def kind(self) -> str:
@@ -93,7 +137,7 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
     watch.new_crash(crash)
     report = build_report(crash)
     answer = ask_bot(report, settings.bot_url, deadline=settings.bot_deadline)
-    found = rank(candidates(crash, answer.suggestions))
+    found = from_experience(crash, rank(candidates(crash, answer.suggestions)))
     _say_diagnosis(crash, answer)
     chosen: Candidate | None = None
     if settings.approve == "auto" and watch.distrusted(crash):
@@ -126,20 +170,69 @@ def candidates(crash: Crash, suggestions: list[Suggestion]) -> list[Candidate]:
     runtime's objection, a redaction placeholder left in its code, and (for running it without a
     person) every construct outside the allowlist (`daifu.decide.allowlist`)."""
     tried = {decision for decision, _ in crash.tried}
-    context = context_for(crash)
+    shared: dict[str, Any] = {}
     found = []
     for suggestion in suggestions:
         decision = restored(to_decision(suggestion), crash)
-        if repr(decision) in tried:
-            continue
-        if has_placeholder(code_of(decision) or ""):
-            problems: tuple[str, ...] = ("it holds a `<redacted:...>` placeholder from the crash report where code should be",)
-        else:
-            problem = crash.check(decision)
-            problems = (problem,) if problem else ()
-        unsafe = check_suggestion(suggestion, context, code_of(decision) or "").reasons
-        found.append(Candidate(suggestion, decision, problems, tuple(unsafe)))
+        if repr(decision) not in tried:
+            found.append(Candidate(suggestion, decision, crash=crash, shared=shared))
     return found
+
+
+def _problems(crash: Crash, decision: Decision) -> tuple[str, ...]:
+    if has_placeholder(code_of(decision) or ""):
+        return ("it holds a `<redacted:...>` placeholder from the crash report where code should be",)
+    problem = crash.check(decision)
+    return (problem,) if problem else ()
+
+
+MAX_SKIPS = 5
+"""Automatic repairs at one site that skip work (a statement, an iteration), in one run, before no more are
+applied: bad data is rare, and the same crash on batch after batch is a bug that skipping would hide."""
+_KINDS = {"Surgery": "surgery", "Action": "action", "Retry": "retry", "Pass": "skip", "SkipIteration": "skip_iteration"}
+
+
+def from_experience(crash: Crash, found: list[Candidate]) -> list[Candidate]:
+    """`found`, with what worked before at this crash's fingerprint first, and skipping bounded.
+
+    A repair the bot proposed, that passed its trial and was applied at the same function, file, line and
+    exception type — in this run or an earlier one in the workspace's `repairs.jsonl` — is tried first
+    (by trial, like any candidate). A candidate that skips work is dropped once `MAX_SKIPS` automatic
+    repairs at this site skipped work in this run.
+    """
+    site = (crash.qualname, crash.filename, crash.lineno, crash.exception_type)
+    try:
+        entries = list(reversed(repairs.load()))
+    except (OSError, ValueError):
+        entries = []
+    learned: Candidate | None = None
+    for entry in entries:
+        if (entry.get("function"), entry.get("file"), entry.get("line"), entry.get("exception_type")) != site:
+            continue
+        play, code = entry.get("decision"), entry.get("code")
+        verified = any(isinstance(t, dict) and t.get("decision") == play and t.get("verdict") in (
+            Outcome.COMPLETED.value, Outcome.STOPPED_AT_EFFECT.value) for t in entry.get("trials") or [])
+        if entry.get("decided_by") != "bot" or not verified or play not in _KINDS or entry.get("duration_ms") is None:
+            continue
+        try:
+            decision = from_play(str(play), code)
+        except BadDecision:
+            continue
+        if isinstance(decision, Surgery) and decision.source == crash.source:
+            continue  # that surgery is the code running now
+        same = next((c for c in found if c.decision == decision), None)
+        learned = same or Candidate(Suggestion(kind=_KINDS[str(play)], code=code or "", confidence=1.0,  # type: ignore[arg-type]
+                                               explanation=f"it repaired this crash before (repair {entry.get('repair')})"),
+                                    decision, crash=crash, shared=found[0].shared if found else {})
+        break
+    ordered = ([learned] if learned else []) + [c for c in found if c is not learned]
+    skipped = sum(1 for r in RUN.history if (r.get("function"), r.get("file"), r.get("line")) == site[:3]
+                  and r.get("decided_by") == "bot" and r.get("decision") in ("Pass", "SkipIteration"))
+    if skipped >= MAX_SKIPS and any(isinstance(c.decision, _SKIPPING) for c in ordered):
+        say_once(f"{skipped} automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} skipped work; "
+                 "no more are applied there without a person")
+        ordered = [c for c in ordered if not isinstance(c.decision, _SKIPPING)]
+    return ordered
 
 
 def restored(decision: Decision, crash: Crash) -> Decision:
@@ -377,6 +470,7 @@ def record_answer(
         "suggestions": [
             dict(c.suggestion.model_dump(), valid=c.usable, reasons=list(c.problems), unattended=not c.unsafe,
                  needs_person=list(c.unsafe))
+            if c.checked else dict(c.suggestion.model_dump(), checked=False)  # not reached: never checked
             for c in found
         ],
         "trials": trials,

@@ -161,7 +161,20 @@ def _container(value: Any) -> Summary:
     else:
         shown = [_brief(item) for item in itertools.islice(value, _ITEMS)]
     more = ", ..." if len(value) > _ITEMS else ""
-    return Summary(name, f"{name} of length {len(value)}: [{', '.join(shown)}{more}]", {"len": len(value)})
+    facts: dict[str, Fact] = {"len": len(value)}
+    if isinstance(value, (list, tuple)):
+        facts["items"] = [_item_facts(item) for item in itertools.islice(value, _ITEMS)]
+    return Summary(name, f"{name} of length {len(value)}: [{', '.join(shown)}{more}]", facts)
+
+
+def _item_facts(item: Any) -> dict[str, Any]:
+    """What the repair bot needs of an item of a list or tuple, to pick one (a `(values, indices)` pair, an
+    LSTM's `(h, c)` state): its type, and a tensor's shape, dtype, device and whether it requires grad."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(item, torch.Tensor):
+        return {"type": "Tensor", "shape": list(item.shape), "dtype": str(item.dtype).removeprefix("torch."),
+                "device": str(item.device), "requires_grad": bool(item.requires_grad)}
+    return {"type": type(item).__name__}
 
 
 def _entry(key: Any, item: Any, environment: bool) -> str:
@@ -215,6 +228,11 @@ def _tensor(torch: Any, value: Any) -> Summary:
         text += f" nan={facts['nan']} inf={facts['inf']}"
         if "min" in facts:
             text += f" min={facts['min']:.4g} max={facts['max']:.4g} mean={facts['mean']:.4g}"
+    elif value.device.type != "meta" and 0 < value.numel() <= _SMALL_TENSOR and value.dtype != torch.bool \
+            and not value.is_complex():
+        with torch.no_grad():  # integer data (class labels, token ids): the range says what a lookup will meet
+            facts.update(min=int(value.min()), max=int(value.max()))
+        text += f" min={facts['min']} max={facts['max']}"
     return Summary("Tensor", text, facts)
 
 
@@ -232,6 +250,13 @@ def _module(value: Any) -> Summary:
     ]
     if linears:
         facts["linears"] = linears[:50]
+    embeddings = [
+        [name, int(module.num_embeddings), int(module.embedding_dim)]
+        for name, module in value.named_modules()
+        if isinstance(getattr(module, "num_embeddings", None), int) and isinstance(getattr(module, "embedding_dim", None), int)
+    ]
+    if embeddings:
+        facts["embeddings"] = embeddings[:50]
     return Summary(type(value).__name__, f"{type(value).__name__} ({count} parameters): {describe(value)}", facts)
 
 

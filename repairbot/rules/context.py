@@ -17,6 +17,9 @@ from repairbot.protocol import CrashReport, Frame, Variable
 from repairbot.bounds import bounded_suggestions
 from repairbot.protocol import Culprit, Suggestion
 from repairbot.rules.edit import Transform, edit_statement, tokens, wrap_name
+from repairbot.signs import wait_code
+
+__all__ = ["Context", "Finding", "present", "retry", "search", "skip", "wait_code"]
 
 
 MAX_NAMES = 16
@@ -150,15 +153,6 @@ class Context:
 
     def tried_count(self) -> int:
         return len(self.report.tried)
-
-
-def wait_code(seconds: float) -> str:
-    """Action code sleeping `seconds`, binding no name of the user's module.
-
-    An action's names that are not the function's locals become the module's globals, so a plain
-    `import time` would replace a user's `from time import time` by the module.
-    """
-    return f"import time as _daifu_time\n_daifu_time.sleep({seconds})\ndel _daifu_time"
 
 
 def retry(explanation: str, confidence: float) -> Suggestion:

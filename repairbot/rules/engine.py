@@ -1,14 +1,20 @@
-"""The rules engine: the first rule that recognizes the crash diagnoses it and proposes repairs.
+"""The offline engine: the message rules, and the candidate edits generated from the crash, ranked together.
 
-Rules go from the most specific message to the most general, so an out-of-memory error that
-mentions a timeout is treated as out of memory, not as transient.
+The first rule that recognizes the crash's message diagnoses it and proposes repairs. Rules go from
+the most specific message to the most general, so an out-of-memory error that mentions a timeout is
+treated as out of memory, not as transient. The rules' suggestions are one source of candidates;
+`repairbot.generate` adds the small typed edits the statement and the live values' facts allow,
+whatever the message, and `repairbot.generate.rank` orders them all for the client's trials.
 """
 
 from __future__ import annotations
 
-from repairbot.protocol import CrashReport
 from repairbot.bounds import bounded_report, cut
-from repairbot.protocol import Diagnosis, Suggestion
+from repairbot.generate import CATEGORIES, generate
+from repairbot.generate.candidate import Candidate
+from repairbot.generate.rank import from_rules, ranked, suggestions
+from repairbot.prompts import CATEGORIES as KNOWN_CATEGORIES
+from repairbot.protocol import CrashReport, Diagnosis, Suggestion
 from repairbot.rules import api_misuse, data, memory, mismatch, paths, transient
 from repairbot.rules.context import Context, Finding
 
@@ -25,11 +31,26 @@ def analyse(report: CrashReport) -> tuple[Diagnosis, list[Suggestion]]:
     """
     ctx = Context(bounded_report(report))
     finding = next((f for f in (rule(ctx) for rule in RULES) if f is not None), None) or _unknown(ctx)
+    generated, places = generate(ctx.report)
+    kept = ranked(generated + [from_rules(s) for s in finding.suggestions], places)  # on a tie, the generated edit
+    if finding.category == "unknown" and any(c.family != "rules" for c in kept):
+        finding = _generated(kept, ctx)
     return Diagnosis(
         category=finding.category,
         culprit=ctx.culprit(_reason(ctx)),
         explanation=f"{finding.explanation}\n{explain_traceback(ctx)}",
-    ), [s.model_copy(update={"origin": "rules"}) for s in finding.suggestions]
+    ), suggestions(kept)
+
+
+def _generated(kept: list[Candidate], ctx: Context) -> Finding:
+    """The diagnosis when no rule knows the message: the category of the best generated candidate."""
+    best = next(c for c in kept if c.family != "rules")
+    return Finding(
+        CATEGORIES.get(best.family) or (best.family if best.family in KNOWN_CATEGORIES else "unknown"),
+        f"No rule knows this {ctx.report.exception.type}; {len(kept)} candidate edit(s) were generated from the "
+        "faulty statement and the live values' facts, best first, to be tried in turn.",
+        [],
+    )
 
 
 def _unknown(ctx: Context) -> Finding:

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import ast
-import re
 
 from repairbot.protocol import Suggestion
-from repairbot.rules.context import Context, Finding, present, retry, search, wait_code
+from repairbot.rules.context import Context, Finding, present, retry, search
 from repairbot.rules.edit import parse_def
+from repairbot.signs import BUSY, OOM, others_hold_more, wait_code
 
-_OOM = r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|failed to allocate"
-_BUSY = r"busy or unavailable|another process|in use by|cudaErrorDevicesUnavailable"
 _BATCH_NAMES = ("batch_size", "bs", "micro_batch_size")
-_OTHER_PROCESS = r"\bProcess \d+ has ([\d.]+) ([KMGT]?i?B) memory in use"
-_THIS_PROCESS = r"this process has ([\d.]+) ([KMGT]?i?B) memory in use"
-_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 MAX_WAIT_S = 60
 """The longest wait proposed: the client applies waits of at most a minute without a person
 (`daifu.allowlist.MAX_SLEEP_S`); a device held longer is waited for by further retries."""
@@ -22,7 +17,7 @@ MAX_WAIT_S = 60
 
 def device_busy(ctx: Context) -> Finding | None:
     """Memory held by another process comes back when it ends: wait with growing delays, then retry."""
-    if not search(_BUSY, ctx.message) and not _others_hold_more(ctx.message):
+    if not search(BUSY, ctx.message) and not others_hold_more(ctx.message):
         return None
     delay = min(MAX_WAIT_S, 10 * 2 ** ctx.tried_count())
     return Finding(
@@ -37,27 +32,9 @@ def device_busy(ctx: Context) -> Finding | None:
     )
 
 
-def _others_hold_more(message: str) -> bool:
-    """Whether a CUDA out-of-memory message says other processes hold more of the device than this one.
-
-    PyTorch's caching allocator lists each process on the device: `Process 4242 has 70.00 GiB memory in
-    use.` for the others, `Including non-PyTorch memory, this process has 7.82 GiB memory in use.` for
-    itself.
-    """
-    if not search(r"out of memory", message):
-        return False
-    others = sum(_bytes(size, unit) for size, unit in re.findall(_OTHER_PROCESS, message, re.IGNORECASE))
-    mine = search(_THIS_PROCESS, message)
-    return others > (_bytes(*mine.groups()) if mine else 0)
-
-
-def _bytes(size: str, unit: str) -> float:
-    return float(size) * _UNITS.get(unit, 1)
-
-
 def out_of_memory(ctx: Context) -> Finding | None:
     """Halve the batch (the batches still to come, the loader, the tensors of this one), free the cache, retry."""
-    if "OutOfMemoryError" not in ctx.exception_types and not search(_OOM, ctx.message):
+    if "OutOfMemoryError" not in ctx.exception_types and not search(OOM, ctx.message):
         return None
     ctx = ctx.outer()  # the loader and the batch live in the training loop
     cuda = search(r"cuda|gpu", ctx.message) is not None or any(

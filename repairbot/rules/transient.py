@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-from repairbot.rules.context import Context, Finding, present, retry, search, wait_code
+from repairbot.rules.context import Context, Finding, present, retry, search
+from repairbot.signs import MAX_RETRIES, PERMANENT_OS, TRANSIENT, TRANSIENT_TYPES, wait_code
 
-_TRANSIENT = (
-    r"collective|NCCL|Gloo|Connection reset|connection refused|Broken pipe|timed? ?out|Timeout"
-    r"|temporarily unavailable|Resource temporarily|Input/output error|Stale file handle|EOF occurred"
-    r"|unspecified launch failure|ECC error|CUDA error: unknown error|device not ready"
-)
-_TRANSIENT_TYPES = {
-    "TimeoutError",
-    "ConnectionError",
-    "ConnectionResetError",
-    "ConnectionAbortedError",
-    "BrokenPipeError",
-    "InterruptedError",
-    "BlockingIOError",
-    "DistBackendError",
-    "DistNetworkError",
-}
-_PERMANENT_OS = {"FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError", "FileExistsError"}
-MAX_RETRIES = 5
 
 
 def transient(ctx: Context) -> Finding | None:
     """Retry with a growing delay, a bounded number of times; after that, let the crash stand."""
-    plain_os = ctx.report.exception.type in {"OSError", "IOError"} and not ctx.exception_types & _PERMANENT_OS
-    if not (ctx.exception_types & _TRANSIENT_TYPES or plain_os or search(_TRANSIENT, ctx.message)):
+    plain_os = ctx.report.exception.type in {"OSError", "IOError"} and not ctx.exception_types & PERMANENT_OS
+    if not (ctx.exception_types & TRANSIENT_TYPES or plain_os or search(TRANSIENT, ctx.message)):
         return None
     tries = ctx.tried_count()
     if tries >= MAX_RETRIES:

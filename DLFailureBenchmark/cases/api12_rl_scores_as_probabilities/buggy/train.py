@@ -46,6 +46,7 @@ def train(model, optimizer, ckpt_dir, start, stop, seed):
 
 
 def main(workdir, seed=0, resume=None, until=None):
+    torch.manual_seed(seed)  # the policy is built before `build` seeds: seed it first, for a repeatable run
     model, optimizer = rl.build(seed, rl.ScoringPolicy())
     start = load_checkpoint(resume, model, optimizer)
     ckpt_dir = Path(workdir) / "checkpoints"

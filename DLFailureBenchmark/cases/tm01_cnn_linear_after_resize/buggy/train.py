@@ -36,6 +36,7 @@ def train(model, optimizer, val, ckpt_dir, start, stop, seed):
 
 
 def main(workdir, seed=0, resume=None, until=None):
+    torch.manual_seed(seed)  # the net is built before `build` seeds: seed it first, for a repeatable run
     model, optimizer = cnn.build(seed, cnn.Net(flat_features=16 * 7 * 7))
     start = load_checkpoint(resume, model, optimizer)
     ckpt_dir = Path(workdir) / "checkpoints"

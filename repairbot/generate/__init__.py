@@ -1,0 +1,69 @@
+"""Candidate repairs generated from the crash itself, for trials to choose from.
+
+The message rules (`repairbot.rules`) know fixes for messages they were written for. This package
+does what a person with a debugger does with any message: it reads the faulty statement as a syntax
+tree, the facts of the live values it uses (shapes, dtypes, devices, types, paths), the statements
+a line up that computed them, and the loop around it, and proposes the small, typed edits those
+facts allow — each a whole surgery (or an action, or a control decision). Nothing here knows
+whether an edit is right: the training process tries each in a sandboxed copy of the run, in rank
+order, and applies the first that completes healthy (`daifu.decide.automatic`).
+
+One module per family of edits, each with `propose(view)`:
+
+- `numbers`: a float where an int belongs, an int where a size tuple does (PyTorch's argument parser
+  says which argument), `//` a line up;
+- `dtypes`: casts to the dtype the other operand, the module or the loss needs;
+- `shapes`: edits derived from the actual shapes (flatten, unsqueeze, squeeze, transpose, reshape,
+  `view` -> `reshape`, the other tensor of a pair cut to match);
+- `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
+  dicts indexed by a key;
+- `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy;
+- `constraints`: a distribution's argument mapped into its constraint (`softmax` for a simplex, `logits=`);
+- `memory`: out of memory — the faulty call re-run on chunks of its batch;
+- `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
+  make the missing folder of a write.
+
+`generate(report)` returns the candidates; `repairbot.generate.rank.ranked` orders them with the
+rules' suggestions.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+
+from repairbot.generate import constraints, control, dtypes, graph, memory, numbers, shapes, structure
+from repairbot.generate.candidate import Candidate
+from repairbot.generate.view import Site, View, sites
+from repairbot.protocol import CrashReport
+
+PER_FAMILY = 8
+"""Candidates one family may propose at one site: each costs a parse, and trials are bounded anyway."""
+
+Family = Callable[[View], Iterator[Candidate | None]]
+FAMILIES: list[tuple[Family, str]] = [
+    (numbers.propose, "api_misuse"),
+    (structure.propose, "api_misuse"),
+    (dtypes.propose, "tensor_mismatch"),
+    (shapes.propose, "tensor_mismatch"),
+    (graph.propose, "api_misuse"),
+    (constraints.propose, "api_misuse"),
+    (memory.propose, "out_of_memory"),
+    (control.propose, "exceptional_data"),
+]
+CATEGORIES = {family.__module__.rsplit(".", 1)[-1]: category for family, category in FAMILIES}
+
+
+def generate(report: CrashReport) -> tuple[list[Candidate], list[Site]]:
+    """The candidates generated for `report` (unranked), and the sites they edit."""
+    found: list[Candidate] = []
+    places = sites(report)
+    for site in places:
+        view = View(report, site)
+        for family, _ in FAMILIES:
+            try:
+                proposed = [c for c in itertools.islice(family(view), 4 * PER_FAMILY) if c is not None]
+            except (RecursionError, ValueError, IndexError, KeyError, TypeError, AttributeError):
+                continue  # a family that cannot read this crash proposes nothing; the others still do
+            found += proposed[:PER_FAMILY]
+    return found, places

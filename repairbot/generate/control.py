@@ -1,0 +1,134 @@
+"""Control decisions: pass over bad data, wait out a transient fault, make a missing folder.
+
+- Bad data: a batch holding NaN or Inf (the statement's tensors say so, or the message does), or an
+  index out of range in this iteration's integer data (a token id past the embedding's size, a label
+  past the classes), is passed over with `skip_iteration` — the rest of this iteration — when the
+  statement is in a loop. It skips work, and says so; it is ranked after every edit.
+- Transient faults (I/O errors, lost connections, collective timeouts, a device busy or its memory
+  held by another process): `retry` at once, then retries after waits of growing length. Each wait is
+  tried in a sandboxed copy first, so the run waits only as long as the fault lasts.
+- A write into a folder that does not exist ("Parent directory runs/x does not exist", or "No such
+  file or directory" from a statement that saves or opens for writing): make the folder, then run the
+  statement again.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Iterator
+
+from repairbot.generate import make
+from repairbot.generate.candidate import REPLACES_DATA, SKIPS_ITERATION, Candidate
+from repairbot.generate.view import View
+from repairbot.signs import BUSY, MAX_RETRIES, PERMANENT_OS, TRANSIENT, TRANSIENT_TYPES, others_hold_more, wait_code
+
+WAITS = (0.5, 2.0, 8.0, 30.0)
+"""Seconds waited before a retry, shortest first; a trial of each says whether the fault has passed."""
+_NONFINITE = r"\bnan\b|\binf\b|non-?finite|not finite|isfinite|isnan"
+_OUT_OF_RANGE = r"index out of range|out of bounds|index -?\d+ is out of|device-side assert"
+_WRITES = re.compile(r"(^|_)(save|savez|savetxt|savefig|dump|write|write_text|write_bytes|to_csv|to_json|imwrite)"
+                     r"($|_)|^save_")
+
+
+def propose(view: View) -> Iterator[Candidate | None]:
+    yield from _transient(view)
+    if view.statement is None:
+        return
+    yield from _bad_data(view)
+    yield from _missing_folder(view)
+
+
+def _bad_data(view: View) -> Iterator[Candidate | None]:
+    if not view.in_loop():
+        return
+    poisoned = [n for n in view.reads if view.facts(n).get("nan") or view.facts(n).get("inf")]
+    evidence = -1
+    if poisoned:
+        evidence = 2
+    elif view.says(_NONFINITE) and not view.says(r"Expected parameter \w+ .* to satisfy the constraint (Simplex|"
+                                                 r"GreaterThan|UnitInterval)"):
+        evidence = 1
+    if view.says(_OUT_OF_RANGE) and view.exception_types & {"IndexError", "RuntimeError", "ValueError"}:
+        data = [n for n in view.reads if view.is_tensor(n) and view.assigned_in_iteration(n)
+                and str(view.facts(n).get("dtype", "")).startswith(("int", "uint"))]
+        if data:
+            evidence = max(evidence, 2 if _past_a_table(view, data) else 1)
+            yield from _replace_ids(view)
+    if evidence >= 0:
+        where = f" (`{'`, `'.join(poisoned)}` hold NaN or Inf)" if poisoned else ""
+        yield Candidate("skip_iteration", f"This iteration's data cannot be used{where}: pass over the rest of the "
+                        "iteration and go on with the next batch.", "exceptional_data", evidence,
+                        gives_up=SKIPS_ITERATION)
+
+
+def _table_sizes(view: View) -> list[int]:
+    """The number of rows of each embedding the live modules hold."""
+    return [int(e[1]) for facts in view.modules().values() for e in facts.get("embeddings") or [] if len(e) > 1]
+
+
+def _past_a_table(view: View, data: list[str]) -> bool:
+    """Whether some integer tensor's largest value is past the size of an embedding the modules hold."""
+    return any(isinstance(view.facts(n).get("max"), int) and view.facts(n)["max"] >= size
+               for n in data for size in _table_sizes(view))
+
+
+def _replace_ids(view: View) -> Iterator[Candidate | None]:
+    """Ids past the smallest embedding's rows, in this iteration's integer tensors, set to 0 (then the statement
+    runs again): the batch is kept, its few bad ids become the conventional unknown id."""
+    sizes = _table_sizes(view)
+    if not sizes:
+        return
+    rows = min(sizes)
+    bad = [n for n, v in view.site.variables.items() if v.type == "Tensor" and view.assigned_in_iteration(n)
+           and str(v.facts.get("dtype", "")).startswith(("int", "uint")) and isinstance(v.facts.get("max"), int)
+           and v.facts["max"] >= rows]
+    if bad:
+        code = "\n".join(f"{n} = {n}.masked_fill({n} >= {rows}, 0)" for n in bad)
+        yield make.action(view, code, f"{', '.join(f'`{n}`' for n in bad)} hold ids past the embedding's {rows} rows: "
+                          "set those ids to 0, then run the statement again.", "exceptional_data", 2,
+                          gives_up=REPLACES_DATA)
+
+
+def _transient(view: View) -> Iterator[Candidate | None]:
+    e = view.report.exception
+    plain_os = e.type in {"OSError", "IOError"} and not view.exception_types & PERMANENT_OS
+    busy = view.says(BUSY) or others_hold_more(view.message)
+    if not (view.exception_types & TRANSIENT_TYPES or plain_os or view.says(TRANSIENT) or busy):
+        return
+    if not view.outermost or len(view.report.tried) >= MAX_RETRIES:
+        return
+    yield Candidate("retry", "A transient fault: run the statement again.", "transient", 2, confidence=0.75)
+    for index, seconds in enumerate(WAITS):
+        wait = make.action(view, wait_code(seconds), f"Wait {seconds:g} s for the fault to pass, then run the "
+                           "statement again.", "transient", 2)
+        if wait is not None:
+            wait.confidence = 0.7 - 0.05 * index  # the shortest wait first: a trial says whether it was enough
+        yield wait
+
+
+def _missing_folder(view: View) -> Iterator[Candidate | None]:
+    found = view.says(r"Parent directory (.+?) does not exist")
+    folder = found.group(1).rstrip(".") if found else None
+    if folder is None:
+        missing = view.says(r"No such file or directory: '([^']+)'")
+        if missing and _writes(view):
+            folder = os.path.dirname(missing.group(1))
+    if folder:
+        yield make.action(view, f"import os\nos.makedirs({folder!r}, exist_ok=True)",
+                          f"The folder {folder!r} does not exist: make it, then write again.", "path", 2)
+
+
+def _writes(view: View) -> bool:
+    """Whether the faulty statement writes a file: a saving call, or `open` with a writing mode."""
+    for call in make.calls(view):
+        name = make.name_of(call.func) or ""
+        if _WRITES.search(name):
+            return True
+        if name == "open":
+            modes = [a for a in call.args[1:2]] + [k.value for k in call.keywords if k.arg == "mode"]
+            if any(isinstance(m, ast.Constant) and isinstance(m.value, str) and set(m.value) & set("wax")
+                   for m in modes):
+                return True
+    return False
