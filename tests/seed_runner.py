@@ -68,7 +68,11 @@ def _child(request: dict[str, Any]) -> None:
         else:
             print(code, file=sys.stderr)
             status = 1
-    except BaseException:
+    except BaseException as uncaught:
+        # as the interpreter does for an uncaught exception, before atexit handlers run
+        sys.last_type, sys.last_value, sys.last_traceback = type(uncaught), uncaught, uncaught.__traceback__
+        if sys.version_info >= (3, 12):
+            sys.last_exc = uncaught
         sys.excepthook(*sys.exc_info())
         status = 1
     try:

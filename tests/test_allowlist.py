@@ -24,6 +24,11 @@ from typing import Any
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
 from daifu.decide.allowlist import (
     CALLS,
     CONTAINER_METHODS,

@@ -19,6 +19,11 @@ from typing import Any
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
 import daifu
 from daifu.decide.botclient import MAX_REPLY_BYTES, ask_bot
 from daifu.config import ConfigError, configure, settings

@@ -22,6 +22,11 @@ from typing import Any
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
 import daifu
 from repairbot.protocol import Suggestion
 from repairbot.server import serve_in_thread

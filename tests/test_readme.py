@@ -31,8 +31,9 @@ def project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]  # type: ignore[no-any-return]
 
 
-def test_no_dependency_is_required_and_no_extra_pulls_torch() -> None:
-    assert project()["dependencies"] == []  # DaiFu uses the PyTorch the program has
+def test_only_loguru_is_required_and_nothing_pulls_torch() -> None:
+    # loguru is the prototype's `daifu.logger`; DaiFu uses the PyTorch the program has
+    assert project()["dependencies"] == ["loguru>=0.7"]
     extras = project()["optional-dependencies"]
     assert not [r for requirements in extras.values() for r in requirements if r.lower().startswith("torch")]
 

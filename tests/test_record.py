@@ -68,7 +68,7 @@ def test_a_normal_run_ends_its_record_with_program_end(tmp_path: Path) -> None:
         "INFO | Repairing... Action",
         "INFO | Repair 1 End",
         "INFO | Repair 2 Begin",
-        "INFO | Repairing... Pass",
+        "INFO | Repairing... Skip",
         "INFO | Repair 2 End",
         "INFO | Program End",
     ]
@@ -101,7 +101,7 @@ def test_show_and_report_number_the_repairs_of_two_ranks_alike(
     assert cli.main(["show"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [row[0] for row in rows] == ["1", "2", "3", "4"]
-    assert sorted((row[-1], row[6]) for row in rows) == [("0", "Action"), ("0", "Pass"), ("1", "Action"), ("1", "Pass")]
+    assert sorted((row[-1], row[6]) for row in rows) == [("0", "Action"), ("0", "Skip"), ("1", "Action"), ("1", "Skip")]
     for row in rows:
         assert cli.main(["report", row[0]]) == 0
         shown = dict(

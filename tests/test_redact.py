@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
 import daifu
 from daifu.cli import main as cli
 from daifu.decide.automatic import RECORD_NAME, restored

@@ -19,11 +19,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
+
+from tests.extras import BOT
+
+for _package in (*BOT, "hypothesis"):
+    pytest.importorskip(_package)
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import httpx
 from repairbot.backends import Answer, RulesBackend
 from repairbot.bounds import MAX_SUGGESTIONS, MAX_WHOLE_DEFS
 from repairbot.server import is_loopback, start_in_thread
