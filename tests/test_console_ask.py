@@ -11,6 +11,11 @@ from typing import Any
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in (*BOT, 'pexpect'):
+    pytest.importorskip(_package)
+
 from daifu.console.approval import CHOICES
 from repairbot.backends import NO_QUESTIONS
 from repairbot.openai_backend import OpenAIBackend, forget_capabilities

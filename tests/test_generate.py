@@ -13,6 +13,11 @@ import textwrap
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in (*BOT, 'torch'):
+    pytest.importorskip(_package)
+
 from daifu.report.build import build_report
 from repairbot.generate import generate, rank
 from repairbot.generate.candidate import DROPS_ELEMENTS, SKIPS_ITERATION, Candidate

@@ -15,6 +15,11 @@ from typing import Any
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in (*BOT, 'torch'):
+    pytest.importorskip(_package)
+
 import daifu
 from daifu.core.trial import unavailable
 from daifu.decide.automatic import MAX_SKIPS

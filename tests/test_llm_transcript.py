@@ -13,9 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
+import httpx
 import daifu
 from daifu.cli.main import main as daifu_main
 from repairbot.backends import NO_QUESTIONS

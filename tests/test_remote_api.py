@@ -17,9 +17,14 @@ from pathlib import Path
 from types import FunctionType
 from typing import Any, cast
 
-import httpx
 import pytest
 
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
+import httpx
 import daifu
 from daifu import config
 from daifu.core import trial

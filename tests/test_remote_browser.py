@@ -14,6 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
 from tests.remotefixtures import FAULTY_LINE, browser, fixed_result, job, login, service, until
 
 pytestmark = pytest.mark.torch
