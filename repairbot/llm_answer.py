@@ -35,7 +35,7 @@ from repairbot.llm_code import (
     whole_function,
 )
 from repairbot.llm_reply import Proposal, read_object, read_proposals
-from repairbot.prompts import CATEGORIES
+from repairbot.protocol import CATEGORIES
 from repairbot.protocol import Culprit, Diagnosis, Suggestion
 from repairbot.rules.context import Context
 

@@ -47,7 +47,8 @@ from repairbot.backends import NO_QUESTIONS, Answer, merge
 from repairbot.deadline import Cancelled, Deadline, server_default
 from repairbot.llm_answer import Reading, read_reply
 from repairbot.llm_reply import ReplyError, read_object
-from repairbot.prompts import CATEGORIES, PromptError, messages
+from repairbot.prompts import PromptError, messages
+from repairbot.protocol import CATEGORIES
 from repairbot.protocol import BackendInfo, ChatMessage, Diagnosis, Exchange, Suggestion, Transcript, Usage
 from repairbot.rules import analyse
 

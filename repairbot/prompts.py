@@ -24,11 +24,10 @@ from typing import Any
 
 from collections.abc import Sequence
 
-from repairbot.protocol import CrashReport, Exchange, Frame, Variable
+from repairbot.protocol import CATEGORIES, CrashReport, Exchange, Frame, Variable
 from repairbot.protocol import Diagnosis
 from repairbot.rules.context import Context
 
-CATEGORIES = ("api_misuse", "tensor_mismatch", "out_of_memory", "path", "exceptional_data", "transient", "unknown")
 MAX_LISTING_LINES = 120
 """A longer function is shown around the paused line only."""
 MAX_VARIABLES_CHARS = 4000

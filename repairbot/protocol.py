@@ -12,6 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+CATEGORIES = ("api_misuse", "tensor_mismatch", "out_of_memory", "path", "exceptional_data", "transient", "unknown")
+"""The kinds of root cause a diagnosis names (`Diagnosis.category`)."""
+
 
 class Variable(BaseModel):
     """One live value, summarized (see `daifu.summary`)."""

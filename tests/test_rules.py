@@ -3,6 +3,8 @@
 # ruff: noqa: E402
 from __future__ import annotations
 
+import re
+
 import os
 from pathlib import Path
 
@@ -53,7 +55,7 @@ def float_size():
 def test_float_size_gets_floor_division() -> None:
     _, _, suggestions = suggestions_for(float_size)
     surgery = first(suggestions, "surgery")
-    assert "rows // 2" in surgery.code
+    assert "rows // 2" in surgery.code or "int(rows / 2)" in surgery.code
     assert surgery_function(surgery, float_size)().shape == (3, 3)
 
 
@@ -138,7 +140,7 @@ def double_input():
 def test_double_input_gets_float() -> None:
     _, _, suggestions = suggestions_for(double_input)
     surgery = first(suggestions, "surgery")
-    assert "layer(batch.float())" in surgery.code
+    assert ".float()" in surgery.code  # where the batch is made, or where it is used
     assert surgery_function(surgery, double_input)().dtype == torch.float32
 
 
@@ -237,7 +239,8 @@ def test_nan_guard_becomes_continue() -> None:
     batches = [torch.ones(2), torch.tensor([float("nan"), 1.0]), torch.full((2,), 3.0)]
     _, diagnosis, suggestions = suggestions_for(train_with_nan_guard, batches)
     assert diagnosis.category == "exceptional_data"
-    assert [s.kind for s in suggestions] == ["surgery", "skip"]
+    kinds = [s.kind for s in suggestions]  # the edit first, then what skips work, the least first
+    assert kinds[0] == "surgery" and kinds.index("skip_iteration") < kinds.index("skip")
     assert surgery_function(suggestions[0], train_with_nan_guard)(batches) == 4.0
 
 
@@ -275,8 +278,10 @@ def busy_device():
 def test_busy_device_waits_then_retries() -> None:
     _, diagnosis, suggestions = suggestions_for(busy_device)
     assert diagnosis.category == "out_of_memory"
-    assert suggestions[0].kind == "action" and "time.sleep(10)" in suggestions[0].code
-    assert suggestions[1].kind == "retry"
+    # at once first, then waits of growing length: the client tries each on a copy of the run, in this order
+    assert suggestions[0].kind == "retry" and suggestions[1].kind == "action"
+    waits = [float(m) for s in suggestions[1:] for m in re.findall(r"sleep\(([\d.]+)\)", s.code)]
+    assert waits[:4] == sorted(waits[:4]) and 10 in waits
 
 
 def flaky_read(source):
@@ -292,9 +297,9 @@ class FlakySource:
 def test_transient_error_gets_bounded_retries_with_back_off() -> None:
     crash = crash_from(flaky_read, FlakySource())
     _, first_answer = analyse(build_report(crash))
-    assert [s.kind for s in first_answer] == ["action", "retry"] and "time.sleep(1)" in first_answer[0].code
+    assert [s.kind for s in first_answer][:2] == ["retry", "action"] and "sleep(1)" in first_answer[-1].code
     crash.tried.extend([("Retry()", "raised again")] * 3)
-    assert "time.sleep(8)" in analyse(build_report(crash))[1][0].code
+    assert "sleep(8)" in analyse(build_report(crash))[1][-1].code  # the rules' back-off grows with the tries
     crash.tried.extend([("Retry()", "raised again")] * 2)
     diagnosis, suggestions = analyse(build_report(crash))
     assert suggestions == [] and "likely not transient" in diagnosis.explanation

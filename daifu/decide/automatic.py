@@ -189,7 +189,9 @@ def _problems(crash: Crash, decision: Decision) -> tuple[str, ...]:
 MAX_SKIPS = 5
 """Automatic repairs at one site that skip work (a statement, an iteration), in one run, before no more are
 applied: bad data is rare, and the same crash on batch after batch is a bug that skipping would hide."""
-_KINDS = {"Surgery": "surgery", "Action": "action", "Retry": "retry", "Pass": "skip", "SkipIteration": "skip_iteration"}
+_KINDS = {"Surgery": "surgery", "Action": "action", "Retry": "retry", "Pass": "retry", "Skip": "skip",
+          "SkipIteration": "skip_iteration"}
+"""A recorded decision's name as a suggestion's kind (`Pass` is the prototype's retry)."""
 
 
 def from_experience(crash: Crash, found: list[Candidate]) -> list[Candidate]:
@@ -227,7 +229,7 @@ def from_experience(crash: Crash, found: list[Candidate]) -> list[Candidate]:
         break
     ordered = ([learned] if learned else []) + [c for c in found if c is not learned]
     skipped = sum(1 for r in RUN.history if (r.get("function"), r.get("file"), r.get("line")) == site[:3]
-                  and r.get("decided_by") == "bot" and r.get("decision") in ("Pass", "SkipIteration"))
+                  and r.get("decided_by") == "bot" and r.get("decision") in ("Skip", "SkipIteration"))
     if skipped >= MAX_SKIPS and any(isinstance(c.decision, _SKIPPING) for c in ordered):
         say_once(f"{skipped} automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} skipped work; "
                  "no more are applied there without a person")

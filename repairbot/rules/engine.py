@@ -13,7 +13,7 @@ from repairbot.bounds import bounded_report, cut
 from repairbot.generate import CATEGORIES, generate
 from repairbot.generate.candidate import Candidate
 from repairbot.generate.rank import from_rules, ranked, suggestions
-from repairbot.prompts import CATEGORIES as KNOWN_CATEGORIES
+from repairbot.protocol import CATEGORIES as KNOWN_CATEGORIES
 from repairbot.protocol import CrashReport, Diagnosis, Suggestion
 from repairbot.rules import api_misuse, data, memory, mismatch, paths, transient
 from repairbot.rules.context import Context, Finding
