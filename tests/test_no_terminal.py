@@ -78,5 +78,7 @@ def test_approve_ask_says_once_that_its_suggestions_were_not_applied(tmp_path: P
     assert done.returncode == 1 and done.stdout == "caught 0\ncaught 1\n"
     lines = declined_lines(done.stderr)
     assert len(lines) == 1, done.stderr
-    assert "approve='ask'" in lines[0] and lines[0].endswith(HINT)
+    assert "approve='ask' needs a person at a terminal, and none is there" in lines[0]
+    assert lines[0].endswith('To let DaiFu act: approve="auto" (verified repairs only), approve="remote" (a person '
+                             'in a browser), or a policy.')
     assert done.stderr.rstrip().endswith("TypeError: unsupported operand type(s) for +: 'int' and 'str'")

@@ -223,3 +223,28 @@ def test_the_working_directory_is_not_a_secret(monkeypatch) -> None:
     monkeypatch.setenv("OLDPWD", "/home/me")
     assert not is_secret_key("PWD") and not is_secret_key("OLDPWD") and is_secret_key("db_pwd")
     assert redact("/home/me/project/train.py:12") == "/home/me/project/train.py:12"
+
+
+def test_what_a_trial_printed_is_recorded_redacted(tmp_path: Path) -> None:
+    def job(batches):
+        token = "sk-proj-CANARYtrialprint0123456789ab"
+        total = 0
+        for _ in range(3):
+            total += batches.read()
+            print(f"step done, token {token}")  # the trial's copy prints this too
+        return total
+
+    class Flaky:
+        reads = 0
+
+        def read(self) -> int:
+            self.reads += 1
+            if self.reads == 2:
+                raise ConnectionResetError("Connection reset by peer")
+            return 1
+
+    daifu.configure(mode="automatic", approve="auto", workspace=tmp_path / "ws")
+    assert daifu.transform(job)(Flaky()) == 3
+    recorded = (tmp_path / "ws" / RECORD_NAME).read_text()
+    assert '"output": "' in recorded and "step done, token <redacted:openai-key>" in recorded
+    assert "CANARY" not in recorded

@@ -313,3 +313,31 @@ def test_a_repair_that_spoils_the_run_later_is_reported_and_automatic_repairs_th
     from daifu.state import RUN
 
     assert any(site[0].endswith("train") for site in RUN.distrusted)
+
+
+def two_faults(batch, where):
+    scale = 2.0
+    if where == "scale":
+        return batch[5] * scale
+    return batch[7]
+
+
+def test_a_new_crash_counts_against_a_watched_repair_only_when_it_reads_what_the_repair_changed() -> None:
+    from daifu.core.decisions import Action, Retry, SkipIteration
+    from daifu.decide import watch
+    from daifu.state import RUN
+    from tests.botfixtures import crash_from
+
+    first, reads_scale = crash_from(two_faults, [1], "other"), crash_from(two_faults, [1], "scale")
+    assert watch.footprint(Retry(), first) == frozenset()
+    assert watch.footprint(Action("import os\nos.makedirs('runs', exist_ok=True)"), first) == {"os"}
+    assert watch.footprint(Action("import time as _daifu_time\n_daifu_time.sleep(1)\ndel _daifu_time"), first) == set()
+    assert watch.footprint(SkipIteration(), first) is None  # cannot be told: every new crash counts
+    RUN.reset()
+    watch.start(first, 1, Action("import os\nos.makedirs('runs', exist_ok=True)"))
+    watch.new_crash(reads_scale)  # reads nothing the folder-making action changed
+    assert first.site not in RUN.distrusted
+    watch.start(first, 2, Action("scale = 1e18"))
+    watch.new_crash(reads_scale)
+    assert first.site in RUN.distrusted
+    RUN.reset()

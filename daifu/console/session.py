@@ -13,7 +13,7 @@ from __future__ import annotations
 import pdb
 from pathlib import Path
 
-from daifu import repair
+from daifu import config, repair
 from daifu.core import decisions
 from daifu.decide import broadcast
 from daifu.state import RUN
@@ -245,7 +245,7 @@ class Console(pdb.Pdb):
         if decision is None:
             return
         self.message(f"Trying {decisions.play_name(decision)} on a copy of the run...")
-        verdict = self.crash.trial(decision)
+        verdict = self.crash.trial(decision, config.settings().trial_seconds)  # as configured, like automatic mode
         self.message(paint(verdict.describe(), "green" if verdict.passed else "red", self.colour))
         if verdict.output.strip():
             self.message("What the copy printed:\n" + "\n".join(f"  {line}" for line in verdict.output.splitlines()[-10:]))

@@ -51,7 +51,7 @@ from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.decide import watch
 from daifu.decide.allowlist import check_suggestion, context_for
 from daifu.report.build import build_report
-from daifu.report.redact import has_placeholder, restore_lines
+from daifu.report.redact import has_placeholder, redact, restore_lines
 from daifu.say import say, say_once
 from daifu.state import RUN
 from daifu.store import record, repairs
@@ -278,7 +278,7 @@ def _automatic(crash: Crash, found: list[Candidate], settings: Settings) -> Cand
     """The verified candidate applied without a person, and the watch of the iterations after it."""
     chosen = _verified(crash, found, settings)
     if chosen is not None:
-        watch.start(crash, record.current_number())
+        watch.start(crash, record.current_number(), chosen.decision)
     return chosen
 
 
@@ -448,8 +448,9 @@ def record_answer(
 ) -> None:
     """Append the bot's answer, every trial, and the model call behind the answer (if any) to the
     workspace; a failure to write never costs the run."""
-    trials = [
-        {"decision": play_name(c.decision), "code": code_of(c.decision), **c.verdict.to_data()}
+    trials = [  # what a trial printed is the program's output: redacted like everything else written here
+        {"decision": play_name(c.decision), "code": code_of(c.decision),
+         **{**c.verdict.to_data(), "output": redact(c.verdict.output)}}
         for c in found
         if c.verdict is not None
     ]

@@ -177,17 +177,23 @@ def _person_present() -> bool:
 
 
 def _say_declined(crash: Crash, settings: config.Settings, console_allowed: bool) -> None:
-    """Say once, on stderr, why DaiFu let a crash through when no source decided it."""
+    """Say once, on stderr, why DaiFu let a crash through when no source decided it, and what would let it act."""
+    hint = 'daifu.configure(mode="automatic", approve="auto"), a policy (daifu.set_policy), or `daifu replay`'
     if settings.mode == "interactive" and console_allowed and not _person_present():
         why = "no person is at a terminal to open the (DaiFu) console"
     elif settings.mode == "interactive" and not console_allowed:
         why = f"the console belongs to rank {ranks.leader()}"
+    elif settings.mode == "automatic" and settings.approve == "auto":
+        why = "no suggestion of the repair bot passed its checks and its trial"
+        hint = 'a policy (daifu.set_policy), or a person at the (DaiFu) console (mode="interactive", in a terminal)'
+    elif settings.mode == "automatic" and settings.approve == "ask" and not _person_present():
+        why = "approve='ask' needs a person at a terminal, and none is there"
+        hint = 'approve="auto" (verified repairs only), approve="remote" (a person in a browser), or a policy'
+    elif settings.mode == "automatic" and settings.approve == "never":
+        why = "approve='never' records the repair bot's suggestions and applies none"
     elif settings.mode == "automatic":
         why = f"the repair bot's suggestions could not be applied with approve={settings.approve!r}"
     else:
         why = "no recorded repair matched"
-    say_once(
-        f"{crash.exception_type} in {crash.qualname} ({crash.filename}:{crash.lineno}) is raised: {why}. "
-        'To let DaiFu act: daifu.configure(mode="automatic", approve="auto"), a policy (daifu.set_policy), '
-        "or `daifu replay`."
-    )
+    say_once(f"{crash.exception_type} in {crash.qualname} ({crash.filename}:{crash.lineno}) is raised: {why}. "
+             f"To let DaiFu act: {hint}.")

@@ -137,6 +137,10 @@ def _message(error: BaseException) -> str:
         return "<message unavailable>"
 
 
+def _cut(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def one_line(text: str) -> str:
     """`text` with its line breaks shown as ` ⏎ `: one event stays one line for line-oriented readers."""
     return " ⏎ ".join(text.splitlines()) if text else text
@@ -261,11 +265,17 @@ class Entry:
         decision = self.decision
         if decision is None:
             return "nothing"
-        code = code_of(decision) or ""
-        first = next((line.strip() for line in code.splitlines() if line.strip() and not line.lstrip().startswith(("@", "def "))), "")
         if isinstance(decision, Plays):
             return "+".join(step_names(decision))
-        return play_name(decision) + (f" `{first[:60]}`" if first and not isinstance(decision, Surgery) else "")
+        code = code_of(decision) or ""
+        if isinstance(decision, Surgery):  # what changed, not the whole function
+            old = {line.strip() for line in self.crash.source.splitlines()}
+            lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
+            shown = "; ".join(lines)
+            return f"Surgery `{_cut(shown)}`" if shown else "Surgery (lines removed)"
+        lines = [line.strip() for line in code.splitlines()
+                 if line.strip() and not line.lstrip().startswith(("@", "def ", "#"))]
+        return play_name(decision) + (f" `{_cut('; '.join(lines))}`" if lines else "")
 
     def _save(self, duration_ms: float | None) -> None:
         decision = self.decision
