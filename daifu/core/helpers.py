@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from daifu.core import trial
 from daifu.core.guard import Guard, Handover
 
 
@@ -59,4 +58,6 @@ class Helpers:
     @staticmethod
     def trial_end() -> None:
         """The interrupted iteration of a trial is over (trial continuations only)."""
+        from daifu.core import trial  # loaded already: only a trial's continuation calls this
+
         trial.iteration_over(sys._getframe(1))
