@@ -133,7 +133,7 @@ def _user_view(namespace: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in namespace.items() if not name.startswith("@")}
 
 
-_TEMPORARIES = ("@e", "@h", "@k", "@ns", "@once", "@pending", "@rv")
+_TEMPORARIES = ("@e", "@en", "@h", "@k", "@ns", "@once", "@pending", "@rv")
 
 
 class Vaccine:
