@@ -4,15 +4,17 @@
 
 Prints: (1) a real CPU training loop (benchmarks/train100.py, 320 steps) plain vs vaccinated,
 median of interleaved repeats; (2) the per-iteration cost of a tight Python loop plain vs
-vaccinated; (3) restore time — from the exception to execution resuming — for Retry, Action and
-Surgery decided by a policy on the 100-line training function, at the first crash at a site and
-at a repeated one; (4) what the same recovery costs by restarting from the last checkpoint (new
-process, import, rebuild, load, redo the lost steps), and the ratio.
+vaccinated, and what one execution of a `with` statement costs in each (CPU time); (3) restore
+time — from the exception to execution resuming — for Retry, Action and Surgery decided by a
+policy on the 100-line training function, at the first crash at a site and at a repeated one;
+(4) what the same recovery costs by restarting from the last checkpoint (new process, import,
+rebuild, load, redo the lost steps), and the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import os
 import statistics
@@ -129,6 +131,53 @@ def tight_loop(repeats: int) -> None:
     )
 
 
+class Manager:
+    """The cheapest context manager written in Python (`contextlib.nullcontext` is one too)."""
+
+    def __enter__(self) -> Manager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def with_statement(repeats: int) -> None:
+    """The cost of one `with` execution: a loop with a `with` in its body minus the same loop
+    without, plain and vaccinated, in CPU time (a busy machine's other work stays out), paired."""
+
+    def with_body(n, manager):
+        total = 0
+        for i in range(n):
+            with manager:
+                total += i
+        return total
+
+    def bare(n, manager):
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+
+    n, runs = 200_000, {"plain with": with_body, "plain bare": bare}
+    runs |= {"vaccinated with": daifu.transform(fresh(with_body)), "vaccinated bare": daifu.transform(fresh(bare))}
+    for manager in (Manager(), contextlib.nullcontext()):
+        per_run: list[dict[str, float]] = []
+        for index in range(repeats):
+            spent = {}
+            for name, fn in list(runs.items())[:: 1 if index % 2 == 0 else -1]:
+                started = time.process_time()
+                fn(n, manager)
+                spent[name] = (time.process_time() - started) / n * 1e9
+            per_run.append(spent)
+        plain = statistics.median(r["plain with"] - r["plain bare"] for r in per_run)
+        vaccinated = statistics.median(r["vaccinated with"] - r["vaccinated bare"] for r in per_run)
+        extra = statistics.median(
+            (r["vaccinated with"] - r["vaccinated bare"]) - (r["plain with"] - r["plain bare"]) for r in per_run
+        )
+        print(f"with {type(manager).__name__}(): plain {plain:.0f} ns, vaccinated {vaccinated:.0f} ns per execution, "
+              f"{extra:+.0f} ns (median of pairs)")
+
+
 class FaultAt:
     def __init__(self, step: int) -> None:
         self.step, self.fired = step, False
@@ -198,6 +247,7 @@ def main() -> None:
     print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs\n")
     training_overhead(repeats)
     tight_loop(repeats)
+    with_statement(repeats)
     crash_step, every = 175, 50
     restore = restore_times(5 if options.quick else 20, crash_step)
     print("\nrestore time, exception to resume (ms), 100-line training function:")

@@ -18,17 +18,18 @@ import sys
 import warnings
 from collections.abc import Callable
 from types import FrameType, FunctionType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from daifu import config
-from daifu.core.crash import Crash
-from daifu.core.decisions import Decision
 from daifu.core import seedscope
 from daifu.core.compiling import compile_definition, future_flags
 from daifu.core.resume import RepairEntry, Vaccine
 from daifu.core.source import SourceUnavailable, function_source
-from daifu.decide import chain
 from daifu.store import record
+
+if TYPE_CHECKING:
+    from daifu.core.crash import Crash
+    from daifu.core.decisions import Decision
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +38,8 @@ class _Handling:
     """The runtime's view of the layers above it: the decision chain and the record."""
 
     def decide(self, crash: Crash) -> tuple[Decision, str]:
+        from daifu.decide import chain  # the decision layer loads at the first crash, not with the decorator
+
         return chain.decide(crash)
 
     def begin(self, crash: Crash) -> RepairEntry:

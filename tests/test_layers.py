@@ -3,6 +3,8 @@
 - the runtime core (vaccinating, catching, resuming, a policy's decision) loads no console, bot
   client, service, logging library, pydantic, httpx or fastapi;
 - `import daifu` alone loads nothing but `daifu` itself;
+- vaccinating a function loads none of what only a crash needs (decisions, surgeries, trials,
+  redaction, `multiprocessing`, `difflib`...); a crash and its repair load them then, and work;
 - the repair-bot service (`repairbot.app`) loads no module of the runtime.
 """
 
@@ -60,6 +62,72 @@ def test_the_core_loads_no_console_bot_client_service_or_heavy_library(tmp_path:
     layers = ("daifu.console", "daifu.decide.botclient", "daifu.decide.automatic", "daifu.cli", "repairbot")
     assert offenders(modules, HEAVY + layers) == []
     assert "daifu.core.resume" in modules  # the probe did vaccinate and resume
+
+
+CRASH_ONLY = (
+    "multiprocessing", "difflib", "socket", "uuid", "datetime", "json", "loguru",
+    "daifu.core.crash", "daifu.core.decisions", "daifu.core.surgery", "daifu.core.patch", "daifu.core.actions",
+    "daifu.core.trial", "daifu.core.sandbox", "daifu.decide", "daifu.report", "daifu.store.repairs",
+)
+"""What a vaccinated program that never crashes has no use for: `import daifu` and the decorator leave
+it to the first crash (issue 14: a program pays at import for what it uses)."""
+
+CRASH_AFTER_VACCINATING = '''
+import sys
+
+before = set(sys.modules)
+import daifu
+
+
+@daifu.transform
+def f(items):
+    total = 0
+    for item in items:
+        total += 10 // item
+    return total
+
+
+vaccinated = sorted(set(sys.modules) - before)
+assert f([1, 2]) == 15
+fault_free = sorted(set(sys.modules) - before)
+FIX = """
+@daifu.transform
+def f(items):
+    total = 0
+    for item in items:
+        total += 10 // (item or 10)
+    return total
+"""
+daifu.set_policy(lambda crash: daifu.Surgery(FIX))
+result = f([1, 0, 2])
+crashed = sorted(set(sys.modules) - before)
+import json  # only now: the checks above are on `json` too
+
+print(json.dumps({"vaccinated": vaccinated, "fault_free": fault_free, "crashed": crashed, "result": result}))
+'''
+
+
+def test_vaccinating_leaves_what_only_a_crash_needs_until_a_crash(tmp_path: Path) -> None:
+    script = tmp_path / "probe.py"
+    script.write_text(CRASH_AFTER_VACCINATING)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT), "DAIFU_RECORD": str(tmp_path / "record.log")}, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert "daifu.core.resume" in seen["vaccinated"]  # the probe did vaccinate
+    assert offenders(seen["vaccinated"], CRASH_ONLY) == []
+    assert offenders(seen["fault_free"], CRASH_ONLY) == []
+    assert seen["result"] == 16  # 10//1 + 10//10 + 10//2: the surgery fixed the loop and resumed it
+    for needed in ("difflib", "json", "daifu.core.decisions", "daifu.core.surgery", "daifu.decide.chain",
+                   "daifu.report.redact", "daifu.store.repairs"):
+        assert needed in seen["crashed"], needed
+    record = (tmp_path / "record.log").read_text()
+    assert "Repairing... Surgery" in record and "Repair 1 End" in record
+    entries = (tmp_path / "daifu_workspace" / "repairs.jsonl").read_text().splitlines()
+    (entry,) = [json.loads(line) for line in entries]
+    assert (entry["decision"], entry["exception_type"]) == ("Surgery", "ZeroDivisionError")
 
 
 def test_the_service_loads_no_runtime_module(tmp_path: Path) -> None:

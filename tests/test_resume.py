@@ -8,6 +8,7 @@ import traceback
 import pytest
 
 import daifu
+from tests.copies import fresh
 
 
 class Flaky:
@@ -185,6 +186,31 @@ def test_with_exits_once_and_finally_runs_once(decide):
         assert log.count("after inner") == 2
         order = [log.index(event) for event in ("exit inner None", "after inner", "exit outer None", "finally")]
         assert order == sorted(order)
+
+
+def test_withs_left_by_two_hand_overs_exit_once_each(decide):
+    """The second crash happens inside the continuation of the first, inside the `with` it re-entered."""
+
+    def f(log):
+        d = e = 0
+        with Tracked(log, "outer"):
+            log.append(10 // d)
+            with Tracked(log, "inner"):
+                log.append(10 // e)
+                return "done"
+
+    for second, ending in ((daifu.Action("e = 2"), ["exit inner None", "exit outer None"]),
+                           (daifu.Raise(), ["exit inner ZeroDivisionError", "exit outer ZeroDivisionError"])):
+        log = []
+        decide(daifu.Action("d = 1"), second)
+        vaccinated = daifu.transform(fresh(f))
+        if isinstance(second, daifu.Raise):
+            with pytest.raises(ZeroDivisionError):
+                vaccinated(log)
+        else:
+            assert vaccinated(log) == "done"
+        middle = [5] if isinstance(second, daifu.Action) else []
+        assert log == ["enter outer", 10, "enter inner", *middle, *ending]
 
 
 def test_break_continue_return_in_the_patched_region(decide):

@@ -206,6 +206,93 @@ def test_return_inside_finally_and_with():
     assert vaccinated(False) == original(False)
 
 
+class Manager:
+    """A context manager that logs what the `with` statement does with it, and can misbehave."""
+
+    def __init__(self, log, suppress=False, fail_enter=False, fail_exit=False, value=None):
+        self.log, self.suppress, self.value = log, suppress, value
+        self.fail_enter, self.fail_exit = fail_enter, fail_exit
+
+    def __enter__(self):
+        self.log.append("enter")
+        if self.fail_enter:
+            raise OSError("enter failed")
+        return self if self.value is None else self.value
+
+    def __exit__(self, kind, value, tb):
+        handled = sys.exc_info()[1]
+        self.log.append(("exit", kind and kind.__name__, handled is value, tb is (value and value.__traceback__)))
+        if self.fail_exit:
+            raise RuntimeError("exit failed")
+        return self.suppress
+
+
+WITH_CASES = {
+    "plain": {}, "break": {}, "continue": {}, "return": {}, "raise": {}, "suppress": {"suppress": True},
+    "fail_enter": {"fail_enter": True}, "fail_exit": {"fail_exit": True},
+    "fail_exit_on_error": {"fail_exit": True}, "bad_unpacking": {},
+}
+
+
+def with_statements(case, log):
+    out = []
+    for i in range(3):
+        with Manager(log, **WITH_CASES[case]) as m:
+            log.append(f"body {i} {type(m).__name__}")
+            if case == "break" and i == 1:
+                break
+            if case == "continue" and i == 0:
+                continue
+            if case == "return" and i == 1:
+                return out, "returned"
+            if case in ("raise", "suppress", "fail_exit_on_error") and i == 1:
+                raise KeyError(i)
+            if case == "bad_unpacking" and i == 1:
+                with Manager(log, value=(1, 2, 3)) as (first, second):  # noqa: F841
+                    log.append("unreachable")
+            with Manager(log):
+                log.append("nested")
+        out.append(i)
+    return out, "done"
+
+
+def outcome(fn, *args):
+    """What calling `fn` did: its result, or its exception's type, message, context and cause."""
+    try:
+        return "returned", fn(*args)
+    except Exception as error:
+        context = error.__context__
+        return "raised", type(error).__name__, str(error), type(context).__name__ if context else None, error.__cause__
+
+
+def test_with_statements_behave_as_in_plain_python(decide):
+    """Every way of entering and leaving a `with`, with no repair taken: the same calls of `__enter__`
+    and `__exit__`, with the same arguments and `sys.exc_info()`, the same result or exception."""
+    seen = decide()  # every crash: Raise
+    original, vaccinated = both(with_statements)
+    for case in WITH_CASES:
+        plain_log, vaccinated_log = [], []
+        expected = outcome(original, case, plain_log)
+        assert outcome(vaccinated, case, vaccinated_log) == expected, case
+        assert vaccinated_log == plain_log, case
+    offered = {crash.exception_type for crash in seen}
+    assert offered == {"KeyError", "OSError", "ValueError"}  # never the errors of `__exit__` (RuntimeError)
+
+
+def test_a_with_on_no_context_manager_raises_what_python_raises(decide):
+    decide()  # the crash at the `with`: Raise
+
+    def plain(thing):
+        with thing:
+            return "inside"
+
+    original, vaccinated = both(plain)
+    for thing in (42, type("OnlyEnter", (), {"__enter__": lambda self: self})()):
+        kind, message = outcome(vaccinated, thing)[1:3]
+        assert kind == outcome(original, thing)[1] == "TypeError"
+        assert message.startswith(f"'{type(thing).__name__}' object does not support the context manager protocol")
+
+
 def test_escaping_exception_is_unchanged():
     def plain(d):
         x = 1

@@ -13,8 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from daifu.core import trial
-from daifu.core.guard import Guard, Handover
+from daifu.core.guard import Guard, Handover, exited, mark_passed, no_protocol
 
 
 class Helpers:
@@ -29,10 +28,16 @@ class Helpers:
     __slots__ = ("crash", "watching")
 
     Exception = Exception
+    BaseException = builtins.BaseException  # shadows the builtin in this class: annotations say `builtins.`
+    AttributeError = builtins.AttributeError
     Handover = Handover
     guard = Guard
+    exited = staticmethod(exited)
+    mark_passed = staticmethod(mark_passed)
+    no_protocol = staticmethod(no_protocol)
     iter = staticmethod(builtins.iter)
     isinstance = staticmethod(builtins.isinstance)
+    type = builtins.type
 
     def __init__(self, crash: Callable[..., None]) -> None:
         self.crash = crash
@@ -45,12 +50,12 @@ class Helpers:
             self.watching = None
 
     @staticmethod
-    def handled() -> BaseException | None:
+    def handled() -> builtins.BaseException | None:
         """The exception being handled around a `try ... finally`, as it starts."""
         return sys.exc_info()[1]
 
     @staticmethod
-    def pending(outside: BaseException | None) -> tuple[str, Any] | None:
+    def pending(outside: builtins.BaseException | None) -> tuple[str, Any] | None:
         """What a `finally` clause is finishing, as it starts: `("raise", error)` when an exception
         other than the one handled around the `try` (`outside`) is on its way, else `None`."""
         error = sys.exc_info()[1]
@@ -59,4 +64,6 @@ class Helpers:
     @staticmethod
     def trial_end() -> None:
         """The interrupted iteration of a trial is over (trial continuations only)."""
+        from daifu.core import trial  # loaded already: only a trial's continuation calls this
+
         trial.iteration_over(sys._getframe(1))

@@ -26,22 +26,25 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from daifu.core import sandbox, trial
-from daifu.core.actions import ActionFailed, Undo, run_action, run_module_action, undo
 from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of
 from daifu.core.compiling import compile_definition, future_flags, make_function, register_source
-from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Patch, Plays, Raise, Retry, Skip, SkipIteration, Surgery
 from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.helpers import Helpers
 from daifu.core.locate import raising_position
-from daifu.core.patch import PatchRefused, patch_function, resolve
 from daifu.core.rewrite import CannotResume, Flavour, Mode
-from daifu.core.seedscope import SeedScope
-from daifu.core.surgery import SurgeryPlan, SurgeryRefused, check_same_signature, plan_surgery
 from daifu.core.version import Version, build_version
+
+# What only a crash needs (decisions, actions, surgeries, patches, trials) is imported where it is
+# used: a program that never crashes never loads it, and `import daifu` + vaccinating stays light.
+if TYPE_CHECKING:
+    from daifu.core.actions import Undo
+    from daifu.core.crash import Crash
+    from daifu.core.decisions import Decision
+    from daifu.core.seedscope import SeedScope
+    from daifu.core.surgery import SurgeryPlan
+    from daifu.core.trial import Verdict
 
 
 class RepairRefused(Exception):
@@ -130,7 +133,7 @@ def _user_view(namespace: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in namespace.items() if not name.startswith("@")}
 
 
-_TEMPORARIES = ("@e", "@h", "@k", "@ns", "@once", "@pending", "@rv")
+_TEMPORARIES = ("@e", "@en", "@h", "@k", "@ns", "@once", "@pending", "@rv")
 
 
 class Vaccine:
@@ -197,6 +200,9 @@ class Vaccine:
 
         `PatchRefused` (nothing changed) when it does not compile or changes the signature.
         """
+        from daifu.core.patch import PatchRefused
+        from daifu.core.surgery import SurgeryRefused, check_same_signature
+
         number = len(self.versions)
         filename = f"{self.filename} (patch {number})"
         try:
@@ -225,7 +231,8 @@ class Vaccine:
             return
         crashed_at = time.perf_counter()
         frame = sys._getframe(1)
-        if trial.active():
+        trial = sys.modules.get("daifu.core.trial")  # a process that never tried a repair is no trial's copy
+        if trial is not None and trial.active():
             trial.crashed(error, frame)  # a trial ends at its first crash; it never decides
         try:
             site = self._site(error, frame)
@@ -259,6 +266,8 @@ class Vaccine:
         return Site(version, path_of(node), header)
 
     def _describe(self, error: BaseException, frame: FrameType, live: _Live) -> Crash:
+        from daifu.core.crash import Crash
+
         site = live.site
         node = site.node
         crash = Crash(
@@ -285,6 +294,8 @@ class Vaccine:
 
     def _repair(self, error: BaseException, frame: FrameType, live: _Live, crashed_at: float) -> Handover | None:
         """Ask for decisions until one can be carried out; `None` means give up (Raise)."""
+        from daifu.core.decisions import Raise
+
         crash = self._describe(error, frame, live)
         handling = self.handling
         limit = handling.max_attempts()
@@ -337,6 +348,8 @@ class Vaccine:
         actions bound are put back, so a refused decision leaves the program as it was (an action's
         in-place mutations of objects excepted).
         """
+        from daifu.core.decisions import Action, Patch, Plays, Retry, Skip, SkipIteration, Surgery
+
         site, namespace = live.site, live.namespace
         if self.seed is not None:
             self.seed.write_back(namespace, live.shared)  # the console's edits, before any action reads them
@@ -362,10 +375,14 @@ class Vaccine:
                 flavour = Flavour.WATCHED
             code = self._continuation(here.version, here.path, mode, flavour)
         except (RepairRefused, CannotResume) as refusal:
+            from daifu.core.actions import undo
+
             for journal in reversed(bound):
                 undo(self.function.__globals__, journal)
             raise RepairRefused(str(refusal)) from None
         if isinstance(decision, Patch):
+            from daifu.core.patch import PatchRefused, patch_function, resolve
+
             try:
                 patch_function(resolve(decision.target), decision.source)
             except PatchRefused as refusal:
@@ -397,6 +414,8 @@ class Vaccine:
         Under the prototype's scope model the action runs as the prototype ran it, in the module's
         namespace (which holds the function's variables); else in the crashed function's scope.
         """
+        from daifu.core.actions import ActionFailed, run_action, run_module_action
+
         globals_ = self.function.__globals__
         try:
             if self.seed is not None:
@@ -423,6 +442,8 @@ class Vaccine:
     def _plan(self, source: str, site: Site, number: int | None = None) -> SurgeryPlan:
         """Build and validate a new version (numbered `number`, by default the next) without
         installing it; `RepairRefused` says why."""
+        from daifu.core.surgery import SurgeryRefused, plan_surgery
+
         number = len(self.versions) if number is None else number
         filename = f"{self.filename} (surgery {number})"
         try:
@@ -446,6 +467,8 @@ class Vaccine:
 
         The steps of several plays are checked in order, each surgery against the previous one's version.
         """
+        from daifu.core.decisions import Action, Plays, SkipIteration, Surgery
+
         here, planned = site, 0
         try:
             for step in decision.steps if isinstance(decision, Plays) else (decision,):
@@ -464,12 +487,14 @@ class Vaccine:
             return f"the action does not parse: line {error.lineno}: {error.msg}"
         return None
 
-    def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None) -> trial.Verdict:
+    def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None) -> Verdict:
         """Try `decision` in a sandboxed copy of this process, through the real resume path.
 
         The trial watches the frame's locals and the module globals the function uses (a model
         kept in a global is trained state too).
         """
+        from daifu.core import sandbox, trial
+
         used = set(live.site.version.plain_code.co_names)
         globals_ = self.function.__globals__
 

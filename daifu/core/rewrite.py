@@ -5,7 +5,10 @@ code reaches the runtime through `@rt`, one constant of the compiled code (see
 `daifu.core.compiling`), and keeps, beside the user's own locals:
 
 - `@itD`     the iterator of the `for` loop at loop depth D, so a resume can continue that loop;
-- `@cmD`     the `Guard` of the `with` at depth D, so a resume can exit it exactly once;
+- `@cmD`     the context manager of the `with` at depth D, and `@exD` its type's `__exit__`, so a
+             resume can exit it exactly once (`daifu.core.guard`); `@okD` says whether the body
+             finished without an exception (then its `finally` calls `__exit__`), `@wD` is the
+             exception leaving the body, and `@en` the manager's `__enter__`, then what it returned;
 - `@pending` a `Handover` in flight, which disarms the user's `finally` clauses on its way out;
 - `@fxK`, `@fpK` for the K-th `try ... finally` of the function: the exception being handled
   around it, and what its `finally` clause is finishing (a pending exception, `return` value,
@@ -176,6 +179,47 @@ def _def_line(fdef: ast.FunctionDef) -> ast.AST:
     return spot
 
 
+def _entering(item: ast.withitem, d: int) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """The `with` at depth `d` entering its manager: `@cmD = <expression>`, `@exD` and `@en` looked
+    up on its type (a `TypeError` if it is no context manager), `@en(@cmD)`, `@okD = True`; then,
+    first in the protected body, what binds the `as` target (an error there exits, as in a `with`)."""
+    manager = f"@cm{d}"
+    on_type: list[ast.stmt] = [
+        _assign("@en", _call("type", _name(manager))),
+        _assign(f"@ex{d}", ast.Attribute(value=_name("@en"), attr="__exit__", ctx=ast.Load())),
+        _assign("@en", ast.Attribute(value=_name("@en"), attr="__enter__", ctx=ast.Load())),
+    ]
+    not_a_manager = ast.ExceptHandler(type=_rt("AttributeError"), name=None,
+                                      body=[ast.Expr(_call("no_protocol", _name(manager)))])
+    lookup = ast.Try(body=on_type, handlers=[not_a_manager], orelse=[], finalbody=[])
+    enter = ast.Call(func=_name("@en"), args=[_name(manager)], keywords=[])
+    target = item.optional_vars
+    entered = ast.Expr(enter) if target is None else _assign("@en", enter)
+    setup = [_assign(manager, item.context_expr), lookup, entered, _assign(f"@ok{d}", ast.Constant(True))]
+    if target is None:
+        return _at(setup, item.context_expr), []
+    bind: list[ast.stmt] = [ast.Assign(targets=[target], value=_name("@en")), _assign("@en", _none())]
+    return _at(setup, item.context_expr), _at(bind, target)
+
+
+def _exiting(d: int) -> tuple[ast.ExceptHandler, ast.stmt]:
+    """The exits of the `with` at depth `d`: the handler of an exception leaving its body (`@wD`),
+    which exits with it unless it is a `Handover`, and the `finally` statement, which exits when
+    the body finished (`@okD`) and marks an error of `__exit__` passed."""
+    manager, exit_method, finished, leaving = f"@cm{d}", f"@ex{d}", f"@ok{d}", f"@w{d}"
+    handed_over = _call("isinstance", _name(leaving), _rt("Handover"))
+    suppressed = _call("exited", _name(exit_method), _name(manager), _name(leaving))
+    goes_on = ast.BoolOp(op=ast.Or(), values=[handed_over, ast.UnaryOp(op=ast.Not(), operand=suppressed)])
+    on_error = ast.ExceptHandler(type=_rt("BaseException"), name=leaving, body=[
+        _assign(finished, ast.Constant(False)), ast.If(test=goes_on, body=[ast.Raise()], orelse=[]),
+    ])
+    exit_call = ast.Call(func=_name(exit_method), args=[_name(manager), _none(), _none(), _none()], keywords=[])
+    passed = ast.ExceptHandler(type=_rt("BaseException"), name=leaving,
+                               body=[ast.Expr(_call("mark_passed", _name(leaving))), ast.Raise()])
+    exit_once = ast.Try(body=[ast.Expr(exit_call)], handlers=[passed], orelse=[], finalbody=[])
+    return on_error, ast.If(test=_name(finished), body=[exit_once], orelse=[])
+
+
 class Rewriter:
     """Builds vaccinated statement lists for one version of a function.
 
@@ -292,13 +336,21 @@ class Rewriter:
         return self._copy(node, body=body, orelse=self.block(node.orelse, depth))
 
     def _with(self, node: ast.With, depth: _Depth) -> list[ast.stmt]:
-        item = node.items[0]
-        walrus = ast.NamedExpr(target=_name(f"@cm{depth.withs}", store=True), value=_call("guard", item.context_expr))
-        _at([walrus], item.context_expr)
-        inner = replace(depth, withs=depth.withs + 1)
-        body = self.catcher(self.block(node.body, inner), node, inner)
-        guarded_item = ast.withitem(context_expr=walrus, optional_vars=item.optional_vars)
-        return [self._copy(node, items=[guarded_item], body=body)]
+        """A `with`, its context manager protocol run inline as PEP 343 spells it out.
+
+        Not a `with` statement: the body can then be left by a `Handover` without exiting, and
+        the continuation that finishes the body exits it (`daifu.core.guard`). Inline, the protocol
+        costs what a `with` statement costs. As in a `with` statement, `__exit__` runs when the body
+        is left in any way other than by a `Handover`, once: with the exception that leaves it
+        (`exited`, which marks an error of `__exit__` itself passed), else from the `finally`.
+        """
+        item, d = node.items[0], depth.withs
+        setup, bind = _entering(item, d)
+        inner = replace(depth, withs=d + 1)
+        body = self.catcher(self.block(node.body, inner), node, inner) or [ast.Pass()]
+        on_error, on_leaving = _exiting(d)
+        statement = ast.Try(body=bind + body, handlers=[on_error], orelse=[], finalbody=[on_leaving])
+        return setup + _at([statement], node)
 
     @staticmethod
     def _try_depth(node: ast.stmt, depth: _Depth) -> _Depth:
@@ -454,7 +506,8 @@ class Rewriter:
         if isinstance(node, ast.With):
             inner = replace(depth, withs=depth.withs + 1)
             body = self.catcher(self._rest(node.body, path, mode, inner), node, inner) or _at([ast.Pass()], node)
-            reentered = ast.withitem(context_expr=_name(f"@cm{depth.withs}"), optional_vars=None)
+            guard = _call("guard", _name(f"@cm{depth.withs}"), _name(f"@ex{depth.withs}"))
+            reentered = ast.withitem(context_expr=guard, optional_vars=None)
             return _at([ast.With(items=[reentered], body=body)], node)
         if isinstance(node, TRY):
             if field == "finalbody":

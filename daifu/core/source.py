@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import textwrap
 from types import FunctionType
 
 
@@ -35,6 +34,8 @@ def parse_function(source: str, first_lineno: int, name: str | None = None) -> a
         module = ast.parse("\n" * max(blank, 0) + header + source)
         shift = min(blank, 0)
     except SyntaxError:
+        import textwrap  # only for a source the `if 1:` header cannot hold: not worth 1 ms on every import
+
         module = ast.parse(textwrap.dedent(source))
         indented, shift = False, first_lineno - 1
     body = module.body[0].body if indented and isinstance(module.body[0], ast.If) else module.body

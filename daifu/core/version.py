@@ -128,7 +128,7 @@ def build_version(
     internal = (
         ("@call",)
         + tuple(f"@it{d}" for d in range(loops))
-        + tuple(f"@cm{d}" for d in range(withs))
+        + tuple(name for d in range(withs) for name in (f"@cm{d}", f"@ex{d}"))
         + tuple(name for k in range(finals) for name in (f"@fx{k}", f"@fp{k}"))
     )
     scope = Scope(

@@ -40,6 +40,13 @@ PLACEHOLDER = "<redacted:{}>"
 _MAX_TEXT = 256 * 1024
 """Characters of one text looked at; a longer one is cut first (a report never sends that much)."""
 
+
+def _lazy(pattern: str) -> Callable[[], re.Pattern[str]]:
+    """`pattern`, compiled at its first use. Most texts hold no anchor of most patterns (an exception
+    message rarely mentions a token), and compiling them all at import cost the first crash 7 ms."""
+    return functools.cache(lambda: re.compile(pattern))
+
+
 SECRET_WORDS = (
     r"passw(?:or)?d|passwd|passphrase|pwd|secret|credentials?|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
     r"|auth[_-]?token|access[_-]?token|refresh[_-]?token|id[_-]?token|session[_-]?(?:id|key|token)|bearer"
@@ -48,7 +55,7 @@ SECRET_WORDS = (
 )
 """Words that make a name or a key secret-looking. Bare `token` and `key` are ambiguous in deep learning
 (`tokens`, `pad_token`, `key_padding_mask`), so only the exact names `token` and `auth` are added."""
-_SECRET_KEY = re.compile(rf"(?i)(?:{SECRET_WORDS})")
+_SECRET_KEY = _lazy(rf"(?i)(?:{SECRET_WORDS})")
 _EXACT_SECRET_KEYS = frozenset({"token", "auth", "pass", "pw", "aws_secret_access_key"})
 _NOT_SECRET = frozenset({"pwd", "oldpwd"})
 """Names that only look secret: the shell's working directories (`$PWD`, `$OLDPWD`)."""
@@ -62,7 +69,7 @@ def is_secret_key(name: str) -> bool:
     lowered = name.lower()
     if lowered in _NOT_SECRET:
         return False
-    return lowered in _EXACT_SECRET_KEYS or bool(_SECRET_KEY.search(name))
+    return lowered in _EXACT_SECRET_KEYS or bool(_SECRET_KEY().search(name))
 
 
 def _placeholder(kind: str, matched: str) -> str:
@@ -94,54 +101,54 @@ def _scheme(m: re.Match[str]) -> str:
     return _group("bearer", 2)(m)
 
 
-_FORMATS: list[tuple[tuple[str, ...], re.Pattern[str], Replacer]] = [
-    (("sk-ant-",), re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{16,}"), _whole("anthropic-key")),
-    (("sk-",), re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"), _whole("openai-key")),
+_FORMATS: list[tuple[tuple[str, ...], Callable[[], re.Pattern[str]], Replacer]] = [
+    (("sk-ant-",), _lazy(r"\bsk-ant-[A-Za-z0-9_\-]{16,}"), _whole("anthropic-key")),
+    (("sk-",), _lazy(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"), _whole("openai-key")),
     (
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-        re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"),
+        _lazy(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"),
         _whole("github-token"),
     ),
-    (("glpat-",), re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"), _whole("gitlab-token")),
+    (("glpat-",), _lazy(r"\bglpat-[A-Za-z0-9_\-]{20,}"), _whole("gitlab-token")),
     (
         ("akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"),
-        re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),
+        _lazy(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),
         _whole("aws-access-key-id"),
     ),
-    (("aws",), re.compile(r"(?i)(aws.{0,30}?)\b([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"), _group("aws-secret-key", 2)),
-    (("xox",), re.compile(r"\bxox[baprs]-[A-Za-z0-9\-]{10,}"), _whole("slack-token")),
-    (("aiza",), re.compile(r"\bAIza[0-9A-Za-z_\-]{35,40}"), _whole("google-api-key")),
-    (("hf_",), re.compile(r"\bhf_[A-Za-z0-9]{30,}"), _whole("huggingface-token")),
-    (("eyj",), re.compile(r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"), _whole("jwt")),
+    (("aws",), _lazy(r"(?i)(aws.{0,30}?)\b([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"), _group("aws-secret-key", 2)),
+    (("xox",), _lazy(r"\bxox[baprs]-[A-Za-z0-9\-]{10,}"), _whole("slack-token")),
+    (("aiza",), _lazy(r"\bAIza[0-9A-Za-z_\-]{35,40}"), _whole("google-api-key")),
+    (("hf_",), _lazy(r"\bhf_[A-Za-z0-9]{30,}"), _whole("huggingface-token")),
+    (("eyj",), _lazy(r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"), _whole("jwt")),
     (
         ("bearer", "basic", "token"),
-        re.compile(r"(?i)\b(bearer|basic|token)\s+((?!<redacted)[A-Za-z0-9._~+/=\-]{8,})"),
+        _lazy(r"(?i)\b(bearer|basic|token)\s+((?!<redacted)[A-Za-z0-9._~+/=\-]{8,})"),
         _scheme,
     ),
     (
         ("://",),
-        re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'\"<>]{1,200}:)([^\s@/'\"<>]{1,200})(@)"),
+        _lazy(r"\b([a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'\"<>]{1,200}:)([^\s@/'\"<>]{1,200})(@)"),
         _group("password", 2),
     ),
 ]
 """Secrets recognised by their own shape, in the order they are tried (`sk-ant-` before `sk-`), each
 with the lower-case fragments one of which the text must hold for the pattern to be tried at all."""
 
-_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BEGIN = _lazy(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _KEY_ANCHORS = ("pass", "pwd", "secret", "credential", "key", "token", "auth", "bearer", "cookie", "session")
 """Fragments one of which a text must hold for the secret-looking-key patterns to be tried."""
 
 _KEY = rf"[\w\-]*(?:{SECRET_WORDS})[\w\-]*|token|auth"
-_QUOTED_VALUE = re.compile(
+_QUOTED_VALUE = _lazy(
     rf"(?i)\b(?P<key>{_KEY})(?P<sep>['\"]?\s*[:=]\s*)(?P<q>['\"])(?P<value>(?:(?!(?P=q))[^\n\\]|\\.){{1,500}}?)(?P=q)"
 )
-_BARE_VALUE = re.compile(
+_BARE_VALUE = _lazy(
     rf"(?i)\b(?P<key>{_KEY})(?P<sep>['\"]?\s*[:=]\s*)(?P<value>(?!<redacted)(?!(?:bearer|basic|token)\b)[^\s,;'\"()\[\]{{}}<>]{{4,}})"
 )
-_HEADER = re.compile(
+_HEADER = _lazy(
     r"(?i)\b(authori[sz]ation['\"]?\s*[:=]\s*['\"]?)((?!<redacted)(?!bearer\b|basic\b|token\b)[^\s'\"][^'\"\n]{3,})"
 )
-_NEAR_WORD = re.compile(
+_NEAR_WORD = _lazy(
     rf"(?i)(?:{SECRET_WORDS}|\btoken\b)[^\n]{{0,30}}?(?<![A-Za-z0-9+/_\-])([A-Za-z0-9+/_\-]{{20,200}})"
 )
 
@@ -158,13 +165,13 @@ def redact(text: str, *, code: bool = False, environment: bool = True) -> str:
     lowered = text.lower()
     for anchors, pattern, replace in _FORMATS:
         if any(anchor in lowered for anchor in anchors):
-            text = pattern.sub(replace, text)
+            text = pattern().sub(replace, text)
     if any(anchor in lowered for anchor in _KEY_ANCHORS):
-        text = _QUOTED_VALUE.sub(_keyed, text)
+        text = _QUOTED_VALUE().sub(_keyed, text)
         if not code:
-            text = _HEADER.sub(_group("secret", 2), text)
-            text = _BARE_VALUE.sub(_keyed, text)
-            text = _NEAR_WORD.sub(_high_entropy, text)
+            text = _HEADER().sub(_group("secret", 2), text)
+            text = _BARE_VALUE().sub(_keyed, text)
+            text = _NEAR_WORD().sub(_high_entropy, text)
     return _environment_values(text) if environment else text
 
 
@@ -173,7 +180,7 @@ def _private_keys(text: str) -> str:
     if "PRIVATE KEY" not in text:
         return text
     parts, position = [], 0
-    for begin in _PEM_BEGIN.finditer(text):
+    for begin in _PEM_BEGIN().finditer(text):
         if begin.start() < position:
             continue
         end = text.find("-----END", begin.end())
