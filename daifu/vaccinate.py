@@ -13,6 +13,7 @@ gets a wrapper's code that enters that scope and calls the vaccinated body.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 import warnings
@@ -143,7 +144,23 @@ def _vaccinate(target: Any, caller: FrameType, module: dict[str, Any] | None = N
         return target
     inner.__daifu__ = vaccine  # type: ignore[attr-defined]
     record.program_begin()
+    _load_crash_path()
     return target
+
+
+_CRASH_PATH = (
+    "daifu.core.crash", "daifu.core.decisions", "daifu.core.actions", "daifu.core.surgery", "daifu.core.patch",
+    "daifu.decide.chain", "daifu.report.redact", "daifu.store.repairs",
+)  # fmt: skip
+"""What every repair goes through. `import daifu` leaves it alone (a tool that only imports DaiFu pays
+nothing); the first vaccination loads it, so that the first crash does not pay for it in its restore
+time. Trials (`daifu.core.trial`, multiprocessing) and the bot client still load only when used."""
+
+
+def _load_crash_path() -> None:
+    if _CRASH_PATH[-1] not in sys.modules:
+        for name in _CRASH_PATH:
+            importlib.import_module(name)
 
 
 def _seed_vaccine(function: FunctionType, source: str, first_lineno: int) -> Vaccine:
