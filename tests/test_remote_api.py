@@ -7,6 +7,7 @@ or a vaccinated function in a thread of this one). The same flows in a real brow
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -456,7 +457,8 @@ def waiting_repair(url: str, attempt: int = 1) -> str:
     def posted() -> bool:
         with api(url) as client:
             for state in client.get("/v1/pending").json():
-                if state["status"] == "waiting" and state["job"]["name"] != "unit":
+                # this test's own crash: it waits in this process (a job another test left cannot answer)
+                if state["status"] == "waiting" and state["job"]["pid"] == os.getpid() and state["job"]["name"] != "unit":
                     page = client.get(f"/ui/repairs/{state['id']}").text
                     if attempt == 1 or f"(attempt {attempt})" in page:
                         found.append(state["id"])

@@ -180,10 +180,10 @@ class _Wait:
 
     def run(self, auto: Callable[[], Candidate | None]) -> Candidate | None:
         try:
-            self.post()
-        except RemoteFailed as error:
-            return _fall_back(self.settings, auto, f"could not hand the crash to {self.settings.bot_url} ({error})")
-        try:
+            try:
+                self.post()
+            except RemoteFailed as error:
+                return _fall_back(self.settings, auto, f"could not hand the crash to {self.settings.bot_url} ({error})")
             return self.wait(auto)
         except KeyboardInterrupt:
             say("Ctrl-C: stopped waiting for a decision")
@@ -228,7 +228,11 @@ class _Wait:
         self.posts += 1
         reply = self._call("POST", "/v1/pending", content=self.body.model_dump_json().encode(),
                            headers={"Content-Type": "application/json"})
-        self.created = self._parse(PendingCreated, reply)
+        try:
+            self.created = self._parse(PendingCreated, reply)
+        except KeyboardInterrupt:  # the service holds the repair now: learn its id, so that it can be withdrawn
+            self.created = self._parse(PendingCreated, reply)
+            raise
         crash, left = self.crash, max(0.0, self.until - time.monotonic())
         ends = time.strftime("%H:%M:%S", time.localtime(time.time() + left))
         say(f"{crash.exception_type} at {os.path.basename(crash.filename)}:{crash.lineno} waits for a decision at "
