@@ -1,4 +1,4 @@
-"""`python -m DLFailureBenchmark [--quick|--smoke] [--case ID ...] [--scenario NAME ...] [--set NAME ...] [--out DIR]`."""
+"""`python -m DLFailureBenchmark [--quick|--smoke|--repairs-only] [--case ID ...] [--scenario NAME ...] [--set NAME ...] [--out DIR]`."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="the test suite's end-to-end check: the first 2 quick cases (or those named), "
                              "one checkpoint-retry run, no overhead measure (about 1 minute)")
+    parser.add_argument("--repairs-only", action="store_true",
+                        help="only the repair flows: per case the fixed, buggy, replay and automatic runs; no "
+                             "checkpoint-retry baseline and no overhead measure")
     parser.add_argument("--out", type=Path, default=cases.HERE / "results",
                         help="where results.json and results.md go (default: DLFailureBenchmark/results)")
     parser.add_argument("--workdir", type=Path, help="keep every run's folder here (default: a temporary folder)")
@@ -47,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         for case in selected:
             print(f"{case.id:<42} {case.set:<9} {case.scenario:<18} {case.description}")
         return 0
-    plan = harness.SMOKE if options.smoke else harness.QUICK if options.quick else harness.Plan()
+    if options.repairs_only and (options.quick or options.smoke):
+        parser.error("--repairs-only measures no baseline or overhead: it takes neither --quick nor --smoke")
+    plan = (harness.REPAIRS_ONLY if options.repairs_only else harness.SMOKE if options.smoke
+            else harness.QUICK if options.quick else harness.Plan())
     results = harness.run_all(selected, plan, options.workdir, _progress)
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

@@ -12,6 +12,8 @@ For each case, each in its own process:
    rebuilds, loads the buggy run's last checkpoint and redoes the lost steps up to the crash step;
 6. the fault-free overhead: the fixed program plain and vaccinated in one process, interleaved.
 
+With `REPAIRS_ONLY` (`--repairs-only`) only 1-4 run; rows keep `baseline` and `overhead` with None.
+
 "Recovered" means the run finished and its metric is within the case's tolerance of the fixed
 run's, with as many steps. The restore time is DaiFu's own record (`duration_ms`: from the
 exception to the resumed statement), summed over the run's repairs.
@@ -55,11 +57,15 @@ class Plan:
     overhead_pairs: int = 4
     large_overhead_pairs: int = 1
     timeout_s: float = 600.0
+    repairs_only: bool = False
+    """Measure only the repair flows (fixed, buggy, replay, automatic): no baseline, no overhead measure."""
 
 
 QUICK = Plan(baseline_repeats=1, overhead_pairs=2, large_overhead_pairs=1)
 SMOKE = Plan(baseline_repeats=1, overhead_pairs=0, large_overhead_pairs=0)
 """The test suite's check that the harness works end to end: no overhead measure (0 pairs)."""
+REPAIRS_ONLY = Plan(baseline_repeats=0, overhead_pairs=0, large_overhead_pairs=0, repairs_only=True)
+"""What the repair flows do, and nothing else: the baseline and overhead keys stay, with None."""
 
 
 class Runs:
@@ -189,7 +195,10 @@ def measure(case: Case, runs: Runs) -> dict[str, Any]:
         }
     row["automatic"]["effort"] = effort(read_record(runs.folder(case, "automatic") / "daifu_workspace" /
                                                     "repairs.jsonl"))
-    row["baseline"] = baseline(case, runs, buggy)
+    if runs.plan.repairs_only:
+        row["baseline"] = {"median_s": None, "skipped": "--repairs-only"}
+    else:
+        row["baseline"] = baseline(case, runs, buggy)
     row["overhead"] = overhead(case, runs) if runs.plan.overhead_pairs else {"median_percent": None}
     replay_ms = row["replay"]["restore_ms"]
     base_s = row["baseline"].get("median_s")

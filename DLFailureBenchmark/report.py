@@ -68,6 +68,15 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         f"restore time, replay: median {_number(s['median_restore_ms_replay'], 2)} ms, "
         f"max {_number(s['max_restore_ms_replay'], 2)} ms; automatic: median "
         f"{_number(s['median_restore_ms_automatic'], 1)} ms",
+        *_baseline_lines(s),
+    ]
+
+
+def _baseline_lines(s: dict[str, Any]) -> list[str]:
+    """The checkpoint-retry and overhead lines; one line saying so when neither was measured (`--repairs-only`)."""
+    if s["median_checkpoint_retry_s"] is None and s["median_overhead_percent"] is None:
+        return ["checkpoint-retry baseline and fault-free overhead: not measured"]
+    return [
         f"checkpoint-retry: median {_number(s['median_checkpoint_retry_s'], 2)} s; in-situ restore is "
         f"{_number(s['median_speedup_replay'], 0)}x faster (replay, median over cases), "
         f"{_number(s['median_speedup_automatic'], 0)}x (automatic)",

@@ -10,7 +10,8 @@ The bot proposes; nothing it proposes touches the run before it is checked:
    may run unattended, is tried on a sandboxed copy of the run (`crash.trial`); the first whose
    trial is healthy and keeps the trained state is applied. A candidate that fails its trial is
    never applied automatically. Where no trial can run, only decisions that cannot discard trained
-   state are applied (`cannot_discard`);
+   state are applied (`cannot_discard`). A skip of a statement that assigns is never applied without a
+   person: a trial cannot see what the stale value does to the result (`unverifiable`);
    `approve="ask"`: a person at the terminal chooses, seeing each candidate's trial verdict;
    `approve="never"`: the suggestions are recorded, and the crash raises;
    `approve="remote"`: a person decides on the repair bot service's approval page, seeing each
@@ -98,6 +99,7 @@ class Candidate:
                     self.shared["context"] = context_for(self.crash)
                 code = code_of(self.decision) or ""
                 found = tuple(check_suggestion(self.suggestion, self.shared["context"], code).reasons)
+                found += unverifiable(self.decision, self.crash)
             self.given_unsafe = found
         return self.given_unsafe
 
@@ -191,7 +193,8 @@ MAX_SKIPS = 5
 applied: bad data is rare, and the same crash on batch after batch is a bug that skipping would hide."""
 _KINDS = {"Surgery": "surgery", "Action": "action", "Retry": "retry", "Pass": "retry", "Skip": "skip",
           "SkipIteration": "skip_iteration"}
-"""A recorded decision's name as a suggestion's kind (`Pass` is the prototype's retry)."""
+"""The protocol's suggestion kind of each play name a record holds (`Pass` is the prototype's name for a retry)."""
+_SKIP_PLAYS = ("Skip", "SkipIteration")
 
 
 def from_experience(crash: Crash, found: list[Candidate]) -> list[Candidate]:
@@ -229,7 +232,7 @@ def from_experience(crash: Crash, found: list[Candidate]) -> list[Candidate]:
         break
     ordered = ([learned] if learned else []) + [c for c in found if c is not learned]
     skipped = sum(1 for r in RUN.history if (r.get("function"), r.get("file"), r.get("line")) == site[:3]
-                  and r.get("decided_by") == "bot" and r.get("decision") in ("Skip", "SkipIteration"))
+                  and r.get("decided_by") == "bot" and r.get("decision") in _SKIP_PLAYS)
     if skipped >= MAX_SKIPS and any(isinstance(c.decision, _SKIPPING) for c in ordered):
         say_once(f"{skipped} automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} skipped work; "
                  "no more are applied there without a person")
@@ -310,6 +313,43 @@ def _verified(crash: Crash, found: list[Candidate], settings: Settings) -> Candi
             return candidate
         crash.tried.append((repr(candidate.decision), f"refused by its trial: {verdict.describe()}"))
     return None
+
+
+def unverifiable(decision: Decision, crash: Crash) -> tuple[str, ...]:
+    """Why `decision` may not be applied without a person although its trial passes: a skipped statement that
+    assigns leaves its targets holding what they held before (or unbound), and a skipped compound statement
+    leaves its whole block unrun. The trial ends with the iteration and sees a healthy run; what the stale
+    value does to the result (the previous step's action taken again, a metric never computed) shows only
+    later, as a run that finishes with a different result. A skip of a statement that assigns nothing
+    (a call for its effect) stays a candidate, ranked last."""
+    if not isinstance(decision, Skip):
+        return ()
+    if crash.kind != "statement":
+        return (f"skipping the `{crash.kind}` statement would leave its whole block unrun, silently",)
+    assigned = _assigned(crash.statement)
+    if assigned is None:
+        return ("skipping the statement: what it assigns cannot be read, so stale values cannot be ruled out",)
+    if assigned:
+        return (f"skipping the statement would leave {', '.join(f'`{t}`' for t in assigned[:4])} holding its value "
+                "from before the crash; no trial can tell what that does to the result",)
+    return ()
+
+
+def _assigned(statement: str) -> list[str] | None:
+    """The targets `statement` assigns (names, attributes, items), in order; None when it does not parse."""
+    try:
+        tree = ast.parse(textwrap.dedent(statement))
+    except SyntaxError:
+        return None
+    targets: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets += node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+            targets.append(node.target)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            targets += [ast.Name((a.asname or a.name).split(".")[0]) for a in node.names]
+    return [ast.unparse(t) for t in targets]
 
 
 def waits(decision: Decision) -> float:

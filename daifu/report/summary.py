@@ -110,7 +110,20 @@ def _dispatch(value: Any) -> Summary:
         return Summary(type(value).__name__, f"{type(value).__name__} of length {len(value)}", {"len": len(value)})
     if isinstance(value, (list, tuple, set, frozenset, Mapping)):
         return _container(value)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        return _ndarray(numpy, value)
     return Summary(_type_name(value), describe(value)[: 4 * MAX_TEXT])  # a user's __repr__: bounded in time
+
+
+def _ndarray(numpy: Any, value: Any) -> Summary:
+    """A NumPy array as a tensor is described: shape, dtype, and for a small float array its NaN and Inf
+    counts (an observation or a batch read with NumPy is where bad data often comes from)."""
+    facts: dict[str, Fact] = {"shape": list(value.shape), "dtype": str(value.dtype)}
+    if value.dtype.kind == "f" and value.size <= _SMALL_TENSOR:
+        facts["nan"] = int(numpy.isnan(value).sum())
+        facts["inf"] = int(numpy.isinf(value).sum())
+    return Summary(_type_name(value), describe(value)[: 4 * MAX_TEXT], facts)
 
 
 def _type_name(value: Any) -> str:

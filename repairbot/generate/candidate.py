@@ -27,6 +27,7 @@ SKIPS_ITERATION = "skips the rest of this iteration (its batch is not trained on
 SKIPS_STATEMENT = "skips the faulty statement (the names it assigns keep their old values)"
 DROPS_ELEMENTS = "drops the elements that do not match"
 REPLACES_DATA = "replaces the out-of-range values of this batch by 0 (conventionally the unknown or padding id)"
+REPLACES_NONFINITE = "replaces the NaN and Inf values of this iteration's data by 0"
 DISCARDS_STATE = "discards trained state (a layer or an optimizer is made anew)"
 _BUILTINS = frozenset(dir(builtins))
 

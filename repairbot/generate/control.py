@@ -1,6 +1,9 @@
 """Control decisions: pass over bad data, wait out a transient fault, make a missing folder.
 
-- Bad data: a batch holding NaN or Inf (the statement's tensors say so, or the message does), or an
+- Bad data: NaN or Inf in this iteration's data that the statement reads (a tensor's or a NumPy array's
+  facts say so) is first replaced by 0 where the statement reads it (`x.nan_to_num(0.0, 0.0, 0.0)`,
+  `numpy.nan_to_num`): the iteration goes on with the rest of its data, and the candidate says what it
+  changed. Then: a batch holding NaN or Inf (the statement's tensors say so, or the message does), or an
   index out of range in this iteration's integer data (a token id past the embedding's size, a label
   past the classes), is passed over with `skip_iteration` — the rest of this iteration — when the
   statement is in a loop. It skips work, and says so; it is ranked after every edit.
@@ -19,8 +22,8 @@ import os
 import re
 from collections.abc import Iterator
 
-from repairbot.generate import make
-from repairbot.generate.candidate import REPLACES_DATA, SKIPS_ITERATION, Candidate
+from repairbot.generate import edits, make
+from repairbot.generate.candidate import DROPS_ELEMENTS, REPLACES_DATA, REPLACES_NONFINITE, SKIPS_ITERATION, Candidate
 from repairbot.generate.view import View
 from repairbot.signs import BUSY, MAX_RETRIES, PERMANENT_OS, TRANSIENT, TRANSIENT_TYPES, others_hold_more, wait_code
 
@@ -28,6 +31,7 @@ WAITS = (0.5, 2.0, 8.0, 30.0)
 """Seconds waited before a retry, shortest first; a trial of each says whether the fault has passed."""
 _NONFINITE = r"\bnan\b|\binf\b|non-?finite|not finite|isfinite|isnan"
 _OUT_OF_RANGE = r"index out of range|out of bounds|index -?\d+ is out of|device-side assert"
+_PAST = r"\b(?:Target|index) (\d+) is out of bounds(?: for dimension \d+ with size (\d+))?"
 _WRITES = re.compile(r"(^|_)(save|savez|savetxt|savefig|dump|write|write_text|write_bytes|to_csv|to_json|imwrite)"
                      r"($|_)|^save_")
 
@@ -44,6 +48,7 @@ def _bad_data(view: View) -> Iterator[Candidate | None]:
     if not view.in_loop():
         return
     poisoned = [n for n in view.reads if view.facts(n).get("nan") or view.facts(n).get("inf")]
+    yield from _zeroed(view, [n for n in poisoned if view.assigned_in_iteration(n)])
     evidence = -1
     if poisoned:
         evidence = 2
@@ -56,11 +61,54 @@ def _bad_data(view: View) -> Iterator[Candidate | None]:
         if data:
             evidence = max(evidence, 2 if _past_a_table(view, data) else 1)
             yield from _replace_ids(view)
+            yield from _dropped_rows(view, data)
     if evidence >= 0:
         where = f" (`{'`, `'.join(poisoned)}` hold NaN or Inf)" if poisoned else ""
         yield Candidate("skip_iteration", f"This iteration's data cannot be used{where}: pass over the rest of the "
                         "iteration and go on with the next batch.", "exceptional_data", evidence,
                         gives_up=SKIPS_ITERATION)
+
+
+def _zeroed(view: View, names: list[str]) -> Iterator[Candidate | None]:
+    """NaN and Inf in this iteration's tensors or NumPy arrays `names` replaced by 0 where the statement reads them."""
+    for name in names:
+        if view.is_tensor(name):
+            yield make.changed(view, make.wrap_reads(view, name, "{}.nan_to_num(0.0, 0.0, 0.0)"),
+                               f"`{name}` holds NaN or Inf: read it with those values set to 0.", "exceptional_data",
+                               1, gives_up=REPLACES_NONFINITE)
+        elif view.type_of(name) == "numpy.ndarray" and view.statement is not None:
+            code = make.wrap_reads(view, name, "numpy.nan_to_num({}, nan=0.0, posinf=0.0, neginf=0.0)")
+            if not view.uses_module("numpy"):
+                code = edits.with_line_before(view, code, view.statement, "import numpy")
+            yield make.changed(view, code, f"The NumPy array `{name}` holds NaN or Inf: read it with those values "
+                               "set to 0.", "exceptional_data", 1, gives_up=REPLACES_NONFINITE)
+
+
+def _dropped_rows(view: View, data: list[str]) -> Iterator[Candidate | None]:
+    """The rows whose id is past the bound the message gives ("Target 10 is out of bounds", "index 12 is out of
+    bounds for dimension 0 with size 10") left out of this iteration's tensors the statement reads.
+
+    The bound kept is the message's size, or else the id it names: every valid id is below it (the id was
+    refused), so no valid row is dropped; if other ids are still out of range, the statement fails again in
+    the trial. The other tensors of this iteration with as many rows (the inputs) lose the same rows.
+    """
+    found = view.says(_PAST)
+    if found is None or view.statement is None:
+        return
+    bound = int(found.group(2) or found.group(1))
+    ids = [n for n in data if isinstance(view.facts(n).get("max"), int) and view.facts(n)["max"] >= bound
+           and view.facts(n).get("shape")]
+    if len(ids) != 1:
+        return
+    rows = view.facts(ids[0])["shape"][0]
+    kept = [n for n in view.reads if view.is_tensor(n) and view.assigned_in_iteration(n)
+            and (view.facts(n).get("shape") or [None])[0] == rows]
+    keep = view.fresh("_daifu_keep")
+    lines = f"{keep} = {ids[0]} < {bound}\n{', '.join(kept)} = {', '.join(f'{n}[{keep}]' for n in kept)}"
+    yield make.changed(view, edits.insert_before(view, view.statement, lines),
+                       f"`{ids[0]}` holds ids past {bound - 1}: leave those rows out of "
+                       f"{', '.join(f'`{n}`' for n in kept)}, then run the statement again.", "exceptional_data", 2,
+                       gives_up=DROPS_ELEMENTS)
 
 
 def _table_sizes(view: View) -> list[int]:

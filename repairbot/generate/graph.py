@@ -6,22 +6,31 @@
   (`hidden = tuple(t.detach() for t in hidden)`); the run resumes there, so the forward pass is built
   again without the old graph.
 - "Can't call numpy() on Tensor that requires grad" / "can't convert cuda:0 device type tensor to
-  numpy": `.detach()` (and `.cpu()`) before the conversion, on each tensor of the statement that needs it.
+  numpy": `.detach()` (and `.cpu()`) before the conversion, on each tensor of the statement that needs it;
+  and, as an action, the tensor rebound detached before the statement runs again, when nothing after the
+  statement reads it (the statement itself may hold calls that code from a bot may not make unattended,
+  and a rebinding is the smaller edit). Only for a tensor the statement's block assigns before it, and that
+  nothing after it reads: the rebinding then changes nothing but this statement.
+- "grad can be implicitly created only for scalar outputs": `backward()` on a tensor of many elements (a
+  loss per sample): reduced with `.mean()`, a loss's usual reduction, where it is computed (a line up, so
+  what later reads the loss sees the scalar too), or, failing that, where `backward` is called.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Iterator
 
-from repairbot.generate import edits, make
+from repairbot.generate import edits, infer, make
 from repairbot.generate.candidate import Candidate
-from repairbot.generate.view import View
+from repairbot.generate.view import View, assigned
 
 FAMILY = "graph"
 _SECOND_BACKWARD = r"backward through the graph a second time|saved tensors after they have already been freed"
 _NUMPY_GRAD = r"numpy\(\) on Tensor that requires grad|Use tensor\.detach\(\)\.numpy\(\)"
 _NUMPY_DEVICE = r"can't convert (cuda|mps|xpu)\S* device type tensor to numpy"
+_NOT_SCALAR = r"grad can be implicitly created only for scalar outputs"
 
 
 def propose(view: View) -> Iterator[Candidate | None]:
@@ -32,6 +41,28 @@ def propose(view: View) -> Iterator[Candidate | None]:
     device = view.says(_NUMPY_DEVICE)
     if view.says(_NUMPY_GRAD) or device:
         yield from _to_numpy(view, ".detach().cpu()" if device else ".detach()")
+    if view.says(_NOT_SCALAR):
+        yield from _reduced(view)
+
+
+def _reduced(view: View) -> Iterator[Candidate | None]:
+    """`.mean()` on what `backward()` is called on, where it is computed, then at the call."""
+    for call in make.calls(view):
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "backward") or call.args or any(
+                k.arg in ("gradient", None) for k in call.keywords):
+            continue
+        receiver = call.func.value
+        shape = infer.shape(view, receiver)
+        if shape is not None and math.prod(shape) == 1:
+            continue
+        said = f"`{edits.text(view, receiver)}`" + (f" has shape {tuple(shape)}" if shape else " is not a scalar")
+        values = _computed(view, receiver.id) if isinstance(receiver, ast.Name) else []
+        if values:
+            yield make.changed(view, edits.replace(view, [(v, edits.atom(view, v) + ".mean()") for v in values]),
+                               f"{said}; `backward()` needs a scalar: reduce it with `.mean()` where it is computed"
+                               + (" (in each branch)" if len(values) > 1 else "") + ".", FAMILY, 2)
+        yield make.changed(view, make.wrap_node(view, receiver, "{a}.mean()"),
+                           f"{said}; `backward()` needs a scalar: call it on the mean.", FAMILY, 1)
 
 
 def _carried(view: View) -> Iterator[Candidate | None]:
@@ -72,3 +103,45 @@ def _to_numpy(view: View, suffix: str) -> Iterator[Candidate | None]:
         if view.is_tensor(name) and (view.facts(name).get("requires_grad") or "cpu" in suffix):
             yield make.changed(view, make.wrap_reads(view, name, "{}" + suffix),
                                f"`{name}` is still part of the autograd graph: use `{name}{suffix}` here.", FAMILY, 1)
+    statement = view.statement
+    for node in receivers:
+        if not isinstance(node, ast.Name) or statement is None:
+            continue
+        name = node.id
+        if not view.is_tensor(name) or not _assigned_before(view, name):
+            continue
+        if view.fdef is not None and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                                         and n.lineno > (statement.end_lineno or statement.lineno)
+                                         for n in ast.walk(view.fdef)):
+            continue
+        yield make.action(view, f"{name} = {name}{suffix}", f"Rebind `{name}` out of the graph, then run the statement "
+                          "again (nothing after it reads the tensor).", FAMILY, 1)
+
+
+def _computed(view: View, name: str) -> list[ast.expr]:
+    """The values assigned to `name` by the last statement before the faulty one, in its block, that assigns
+    it: one `name = value`, or each such assignment in the branches of an `if` (which ran is not known; the
+    mean of a scalar is that scalar). Empty when `name` is assigned another way there."""
+    found = view.block()
+    if found is None:
+        return []
+    statements, index = found
+    for node in reversed(statements[:index]):
+        stores = [t for t in ast.walk(node)
+                  if isinstance(t, ast.Name) and t.id == name and isinstance(t.ctx, ast.Store)]
+        if not stores:
+            continue
+        assigns = [a for a in ast.walk(node) if isinstance(a, ast.Assign) and len(a.targets) == 1
+                   and isinstance(a.targets[0], ast.Name) and a.targets[0].id == name]
+        plain = isinstance(node, (ast.Assign, ast.If)) and len(assigns) == len(stores)
+        return [a.value for a in assigns] if plain else []
+    return []
+
+
+def _assigned_before(view: View, name: str) -> bool:
+    """Whether a statement before the faulty one, in its block, assigns `name` (each run of the block makes it anew)."""
+    found = view.block()
+    if found is None:
+        return False
+    statements, index = found
+    return any(name in assigned(node) for node in statements[:index])

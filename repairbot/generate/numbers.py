@@ -2,7 +2,8 @@
 where a plain number is.
 
 Two sources of evidence. Python's own messages ("'float' object cannot be interpreted as an
-integer", "slice indices must be integers") say only that a float met an int's place: the
+integer", "slice indices must be integers"), and any TypeError that names `float`, say only that a
+float met an int's place: the
 candidates are `//` for each `/` of the statement, `int(...)` around each float it reads, and the
 same at the statement a line up that computed the float (`n = size / 2`), where the fix belongs.
 PyTorch's argument parser says more: which function, which argument, what it needed and what it
@@ -48,7 +49,8 @@ def propose(view: View) -> Iterator[Candidate | None]:
     if view.statement is None or not view.exception_types & {"TypeError", "RuntimeError", "ValueError", "IndexError"}:
         return
     yield from _argument_parser(view)
-    if view.says(_PYTHON_FLOAT) or view.says(r"received an invalid combination.*\bfloat\b"):
+    if (view.says(_PYTHON_FLOAT) or view.says(r"received an invalid combination.*\bfloat\b")
+            or ("TypeError" in view.exception_types and view.says(r"\bfloat\b"))):
         yield from _float_as_int(view)
 
 

@@ -24,6 +24,7 @@ from repairbot.generate.candidate import (
     DISCARDS_STATE,
     DROPS_ELEMENTS,
     REPLACES_DATA,
+    REPLACES_NONFINITE,
     SKIPS_ITERATION,
     SKIPS_STATEMENT,
     Candidate,
@@ -34,7 +35,8 @@ from repairbot.protocol import Suggestion
 from repairbot.signs import parse
 
 MAX_CANDIDATES = MAX_SUGGESTIONS
-_GIVING_UP = {"": 0, DROPS_ELEMENTS: 1, REPLACES_DATA: 1, SKIPS_ITERATION: 2, SKIPS_STATEMENT: 3, DISCARDS_STATE: 4}
+_GIVING_UP = {"": 0, DROPS_ELEMENTS: 1, REPLACES_DATA: 1, REPLACES_NONFINITE: 1,
+              SKIPS_ITERATION: 2, SKIPS_STATEMENT: 3, DISCARDS_STATE: 4}
 _NEW_STATE = re.compile(r"\b(?:nn|torch\.nn)\.[A-Z]\w*\(|\b(?:optim|torch\.optim)\.[A-Z]\w*\(|\.add_param_group\(")
 
 

@@ -15,6 +15,12 @@ pair whose shapes disagree, the edits that would make them agree are worked out 
 - for a matrix product ("mat1 and mat2 shapes cannot be multiplied (AxB and CxD)"): the input's
   trailing dimensions flattened to the layer's C features, or a transpose;
 - `view` -> `reshape` (or `.contiguous()`) for a tensor whose strides `view` cannot follow;
+- for tensors stacked that differ only where one has size 1 ("stack expects each tensor to be equal
+  size, but got [3, 32, 32] at entry 0 and [1, 32, 32] at entry 7": a grayscale image among colour
+  ones): each element expanded to the common size (`image.expand(3, -1, -1)`);
+- for a `view`/`reshape` whose sizes do not multiply out to the tensor's elements ("shape '[128, 1, 28,
+  28]' is invalid for input of size 78400"): each size that, left to be inferred (`-1`), makes them
+  multiply out — a batch size written as a constant where the last batch is smaller;
 - last, the other tensor of a pair cut to match, when it is a buffer the loop carries (made before
   it, at full batch size) and this iteration's tensor is shorter (a last, smaller batch). Cutting
   drops elements, and the candidate says so.
@@ -36,6 +42,9 @@ _SHAPE_TALK = (
     r"|elements|Expected \d+D|input of"
 )
 _MATMUL = r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)"
+_INVALID_SHAPE = r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)"
+_RESHAPES = {"view", "reshape"}
+_STACK = r"stack expects each tensor to be equal size, but got \[([\d, ]*)\] at entry \d+ and \[([\d, ]*)\] at entry"
 Shape = list[int]
 
 
@@ -47,6 +56,8 @@ def propose(view: View) -> Iterator[Candidate | None]:
     if view.says(r"view size is not compatible|not compatible with input tensor's size and stride"):
         yield from _view_to_reshape(view)
     yield from _matmul(view)
+    yield from _inferred_size(view)
+    yield from _expanded_entries(view)
     yield from _missing_batch(view)
     for a, b in _pairs(view):
         yield from _pair(view, a, b)
@@ -200,3 +211,54 @@ def _missing_batch(view: View) -> Iterator[Candidate | None]:
                         f"function ({', '.join(str(tuple(s)) for s in elsewhere if s)}); "
                         f"`{edits.text(view, call.args[0])}` ({tuple(shape)}) is one sample: add the batch dimension.", 2)
 
+
+
+def _inferred_size(view: View) -> Iterator[Candidate | None]:
+    """`-1` for the one size of a `view`/`reshape` that keeps it from multiplying out to the input's elements."""
+    found = view.says(_INVALID_SHAPE)
+    if not found:
+        return
+    sizes = [int(part) for part in found.group(1).split(",") if part.strip()]
+    elements = int(found.group(2))
+    if not sizes or -1 in sizes:
+        return
+    for call in make.calls(view):
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr in _RESHAPES) or call.keywords:
+            continue
+        args: list[ast.expr] = list(call.args)
+        if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+            args = list(args[0].elts)
+        if len(args) != len(sizes) or any(isinstance(a, ast.Starred) for a in args):
+            continue
+        for index, arg in enumerate(args):
+            others = math.prod(sizes[:index] + sizes[index + 1 :])
+            if others and elements % others == 0 and elements // others != sizes[index]:
+                yield make.changed(view, edits.replace(view, [(arg, "-1")]),
+                                   f"`{edits.text(view, call)}` asks for {tuple(sizes)}, {math.prod(sizes)} elements, "
+                                   f"of a tensor of {elements}: let `{call.func.attr}` infer size {index} "
+                                   f"(`{edits.text(view, arg)}`, {sizes[index]} here, {elements // others} for this "
+                                   "tensor).", FAMILY, 2)
+
+
+def _expanded_entries(view: View) -> Iterator[Candidate | None]:
+    """Each element of a `stack` expanded to the common size, when the sizes differ only where one is 1."""
+    found = view.says(_STACK)
+    if not found:
+        return
+    first, other = ([int(x) for x in g.split(",") if x.strip()] for g in found.groups())
+    if len(first) != len(other) or not all(a == b or 1 in (a, b) for a, b in zip(first, other)):
+        return
+    sizes = ", ".join(str(max(a, b)) if a != b else "-1" for a, b in zip(first, other))
+    for call in make.calls(view):
+        if make.name_of(call.func) != "stack" or not call.args:
+            continue
+        elements = call.args[0]
+        if isinstance(elements, (ast.ListComp, ast.GeneratorExp)):
+            code = edits.replace(view, [(elements.elt, f"{edits.atom(view, elements.elt)}.expand({sizes})")])
+        else:
+            item = view.fresh("t")
+            listed = f"[{item}.expand({sizes}) for {item} in {edits.text(view, elements)}]"
+            code = edits.replace(view, [(elements, listed)])
+        yield make.changed(view, code, f"The tensors stacked differ only where one has size 1 ({tuple(first)} and "
+                           f"{tuple(other)}): expand each to {tuple(max(a, b) for a, b in zip(first, other))} "
+                           "(the size-1 dimension repeated) before stacking.", FAMILY, 2)

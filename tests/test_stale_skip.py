@@ -1,0 +1,108 @@
+"""A skipped statement that assigns is never applied without a person, even when its trial passes.
+
+Skipping `action = pick(state)` leaves `action` holding the previous step's value: the trial (one
+iteration) finishes healthy, and the run goes on to a different result that nothing flags. This is
+what the DLFailureBenchmark's `ext_reinforce_nan_observation` did in automatic mode (running reward
+41 against 60). A bot over real HTTP (`ScriptedBot`) offers only that skip; DaiFu must not apply
+it, and the run ends with its own exception. The control: a skipped statement that assigns nothing
+(a call made for its effect) is still applied once its trial passes, at most `MAX_SKIPS` times at one site.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import daifu
+from daifu.core.trial import unavailable
+from daifu.decide.automatic import MAX_SKIPS
+from daifu.state import RUN
+from repairbot.protocol import Suggestion
+from repairbot.server import serve_in_thread
+from tests.botfixtures import ScriptedBot
+from tests.copies import fresh
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no trials: {unavailable()}")
+
+
+def pick(state: float) -> int:
+    if math.isnan(state):
+        raise ValueError("the policy's probabilities hold nan")
+    return 1 if state > 0.5 else 0
+
+
+def act(states: list[float], taken: list[int]) -> int:
+    total = 0
+    for state in states:
+        action = pick(state)
+        taken.append(action)
+        total += action
+    return total
+
+
+def logged(states: list[float], log: list[float]) -> int:
+    count = 0
+    for state in states:
+        count += 1
+        log.append(pick(state))
+    return count
+
+
+@pytest.fixture(scope="module")
+def bot() -> Iterator[tuple[ScriptedBot, str]]:
+    scripted = ScriptedBot()
+    url, stop = serve_in_thread(scripted.app)
+    yield scripted, url
+    stop()
+
+
+def answers(workspace: Path) -> list[dict]:
+    path = workspace / "repairbot_suggestions.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_a_skip_that_would_leave_a_stale_value_is_not_applied_unattended(bot, tmp_path: Path) -> None:
+    scripted, url = bot
+    scripted.suggestions = [Suggestion(kind="skip", explanation="Pass over the faulty statement this time.",
+                                       confidence=0.45)]
+    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
+    before = RUN.recorded
+    taken: list[int] = []
+    with pytest.raises(ValueError, match="hold nan"):
+        daifu.transform(fresh(act))([0.9, 0.1, float("nan"), 0.7], taken)
+    assert [r["decision"] for r in RUN.repairs_since(before)] == ["Raise"]
+    assert taken == [1, 0]  # the stale `action` (0) was never appended for the NaN state
+    suggestion = answers(tmp_path / "ws")[0]["suggestions"][0]
+    assert suggestion["valid"] and not suggestion["unattended"]
+    assert "`action`" in " ".join(suggestion["needs_person"])
+
+
+def test_a_skip_of_a_statement_that_assigns_nothing_is_still_applied(bot, tmp_path: Path) -> None:
+    scripted, url = bot
+    scripted.suggestions = [Suggestion(kind="skip", explanation="Pass over the faulty statement this time.",
+                                       confidence=0.45)]
+    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
+    before = RUN.recorded
+    log: list[float] = []
+    count = daifu.transform(fresh(logged))([0.9, float("nan"), 0.7], log)
+    assert count == 3 and log == [1, 1]
+    repairs = RUN.repairs_since(before)
+    assert [r["decision"] for r in repairs] == ["Skip"]
+    assert [t["verdict"] for t in repairs[0]["trials"]] == ["completed"]
+
+
+def test_skips_at_one_site_are_bounded(bot, tmp_path: Path) -> None:
+    """`MAX_SKIPS` bot skips at one site, then the crash raises: the same crash batch after batch is a bug."""
+    scripted, url = bot
+    scripted.suggestions = [Suggestion(kind="skip", explanation="Pass over the faulty statement this time.",
+                                       confidence=0.45)]
+    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
+    before = RUN.recorded
+    log: list[float] = []
+    with pytest.raises(ValueError, match="hold nan"):
+        daifu.transform(fresh(logged))([0.9] + [float("nan")] * (MAX_SKIPS + 2), log)
+    assert [r["decision"] for r in RUN.repairs_since(before)] == ["Skip"] * MAX_SKIPS + ["Raise"]
