@@ -17,6 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
 import daifu
 from daifu.core.trial import unavailable
 from daifu.decide.automatic import MAX_SKIPS
