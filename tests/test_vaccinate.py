@@ -289,8 +289,8 @@ def test_a_with_on_no_context_manager_raises_what_python_raises(decide):
     original, vaccinated = both(plain)
     for thing in (42, type("OnlyEnter", (), {"__enter__": lambda self: self})()):
         kind, message = outcome(vaccinated, thing)[1:3]
-        assert kind == outcome(original, thing)[1] == "TypeError"
-        assert message.startswith(f"'{type(thing).__name__}' object does not support the context manager protocol")
+        assert (kind, message) == outcome(original, thing)[1:3]  # AttributeError on 3.10, TypeError since
+        assert kind in ("TypeError", "AttributeError") and message
 
 
 def test_escaping_exception_is_unchanged():

@@ -64,8 +64,12 @@ def is_passed(error: BaseException) -> bool:
 
 
 def no_protocol(manager: Any) -> None:
-    """A `with` on an object that is no context manager: the `TypeError` a `with` statement raises."""
-    raise TypeError(f"'{type(manager).__name__}' object does not support the context manager protocol") from None
+    """A `with` on an object that is no context manager: raise what this Python's `with` raises (an
+    `AttributeError` on 3.10, a `TypeError` since, with wordings that differ) by running one, which
+    fails at the method lookup, before any method is called."""
+    with manager:
+        pass
+    raise TypeError(f"'{type(manager).__name__}' object does not support the context manager protocol")
 
 
 def exited(exit_method: Any, manager: Any, error: BaseException | None) -> bool:
