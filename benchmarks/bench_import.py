@@ -7,7 +7,8 @@ again and prints the difference: interpreter start-up is left out, and CPU time 
 keeps a busy machine's other processes out of the figure. Two children are measured in pairs,
 alternating which runs first: a baseline that runs `import json`, and one that runs `import daifu`
 then vaccinates a four-line function (the path every vaccinated program takes before its first
-crash). Printed: the median of each, and the median of the per-pair ratios, with the number of
+crash: the first vaccination also loads what a repair goes through, so that a first crash does not
+pay for it); a third child runs `import daifu` alone (what a tool that only imports DaiFu pays). Printed: the median of each, and the median of the per-pair ratios, with the number of
 modules the daifu child had loaded.
 
 Bytecode is cached as an installed package's is (in a temporary `PYTHONPYCACHEPREFIX`, warmed by
@@ -54,6 +55,16 @@ print(spent, len(sys.modules))
 """
 
 
+IMPORT_ONLY = """
+import time
+started = time.process_time()
+import daifu
+spent = time.process_time() - started
+import sys
+print(spent, len(sys.modules))
+"""
+
+
 def child(script: Path, env: dict[str, str]) -> tuple[float, int]:
     """CPU seconds the child spent on its measured part, and how many modules it had loaded."""
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=script.parent)
@@ -69,9 +80,10 @@ def main() -> None:
     parser.add_argument("--no-bytecode-cache", action="store_true", help="compile every module from source")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="daifu-bench-import-"))
-    baseline, vaccinating = folder / "baseline.py", folder / "vaccinating.py"
+    baseline, vaccinating, importing = folder / "baseline.py", folder / "vaccinating.py", folder / "importing.py"
     baseline.write_text(textwrap.dedent(BASELINE))
     vaccinating.write_text(textwrap.dedent(DAIFU))
+    importing.write_text(textwrap.dedent(IMPORT_ONLY))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["DAIFU_RECORD"] = str(folder / "experiment_record.log")
@@ -79,18 +91,20 @@ def main() -> None:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     else:
         env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
-        child(baseline, env), child(vaccinating, env)  # warm the cache: not measured
-    json_times, daifu_times, ratios, modules = [], [], [], 0
+        child(baseline, env), child(vaccinating, env), child(importing, env)  # warm the cache: not measured
+    json_times, daifu_times, import_times, ratios, modules = [], [], [], [], 0
     for run in range(args.runs):
         order = (baseline, vaccinating) if run % 2 == 0 else (vaccinating, baseline)
         spent = {script: child(script, env) for script in order}
         json_times.append(spent[baseline][0])
         daifu_times.append(spent[vaccinating][0])
         modules = spent[vaccinating][1]
+        import_times.append(child(importing, env)[0])
         ratios.append(spent[vaccinating][0] / max(spent[baseline][0], 1e-6))
     cache = "compiled from source" if args.no_bytecode_cache else "cached bytecode"
     print(f"CPU time in a fresh interpreter, median of {args.runs} paired runs ({cache}):")
     print(f"  import json                              {statistics.median(json_times) * 1e3:8.1f} ms")
+    print(f"  import daifu alone                       {statistics.median(import_times) * 1e3:8.1f} ms")
     print(f"  import daifu + vaccinate one function    {statistics.median(daifu_times) * 1e3:8.1f} ms"
           f"   ({modules} modules loaded)")
     print(f"  ratio daifu / json (median of pairs)     {statistics.median(ratios):8.1f} x")
