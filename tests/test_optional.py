@@ -95,3 +95,14 @@ def test_the_suite_collects_without_any_optional_package(tmp_path: Path) -> None
     assert any("'torch'" in line for line in skipped) and any("'pexpect'" in line for line in skipped)
     collected = [line for line in out.splitlines() if "::" in line]
     assert any(line.startswith("tests/test_vaccinate.py::") for line in collected)  # the core suite still runs
+
+
+def test_automatic_mode_without_the_bot_client_says_what_to_install_and_raises_the_crash(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(PROGRAM).replace(
+        'daifu.set_policy(lambda crash: daifu.Action("item = int(item)"))',
+        'daifu.configure(mode="automatic", approve="auto")',
+    ).replace("HIDDEN_NAMES", repr(OPTIONAL)))
+    done = bare(tmp_path, str(script))
+    assert done.returncode == 1 and "pip install 'daifu[bot]'" in done.stderr, done.stderr
+    assert done.stderr.rstrip().endswith("TypeError: unsupported operand type(s) for +: 'int' and 'str'")

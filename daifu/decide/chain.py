@@ -107,8 +107,12 @@ class BotSource:
     decided_by = DecidedBy.BOT
 
     def decide(self, crash: Crash) -> Decision | None:
-        from daifu.decide import automatic  # the bot client (httpx) loads only when a crash needs it
-
+        try:
+            from daifu.decide import automatic  # the bot client (httpx) loads only when a crash needs it
+        except ImportError as missing:
+            say_once(f"automatic mode needs the repair bot's client, which is not installed ({missing}): "
+                     "pip install 'daifu[bot]'")
+            return None
         return automatic.decide(crash, self.settings)
 
 

@@ -7,10 +7,11 @@ first `OSError` is reported once, as a warning naming the file, and later lines 
 
 from __future__ import annotations
 
+import json
 import threading
 import warnings
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from daifu.state import RUN
 
@@ -41,3 +42,17 @@ class LineFile:
             if self._stream is not None:
                 self._stream.close()
                 self._stream = None
+
+
+def read_objects(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, oldest first, blank lines skipped. Only parses: reading a
+    record never runs code. `OSError` when it cannot be read, `ValueError` for a line that is not an object."""
+    found = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        if not isinstance(item, dict):
+            raise ValueError(f"{path} line {number} is not a JSON object")
+        found.append(item)
+    return found

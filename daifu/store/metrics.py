@@ -27,7 +27,7 @@ from typing import Any
 import daifu
 from daifu import config, ranks
 from daifu.state import RUN
-from daifu.store.lines import LineFile
+from daifu.store.lines import LineFile, read_objects
 from daifu.store.repairs import per_rank
 
 METRICS_FILE = "metrics.jsonl"
@@ -70,12 +70,4 @@ def _append(item: dict[str, Any]) -> None:
 
 def load(path: Path) -> list[dict[str, Any]]:
     """The lines of one metrics file, oldest first; a line that is not a JSON object is an error (`ValueError`)."""
-    found = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        item = json.loads(line)
-        if not isinstance(item, dict):
-            raise ValueError(f"{path} line {number} is not a JSON object")
-        found.append(item)
-    return found
+    return read_objects(path)

@@ -14,7 +14,7 @@ from typing import Any
 
 from daifu import config, ranks
 from daifu.state import RUN
-from daifu.store.lines import LineFile
+from daifu.store.lines import LineFile, read_objects
 
 REPAIRS_FILE = "repairs.jsonl"
 
@@ -48,16 +48,7 @@ def load(path: Path | None = None) -> list[dict[str, Any]]:
     Only parses: a record is data, and reading it never runs code. Raises `OSError` when the
     file cannot be read, `ValueError` when a line is not a JSON object.
     """
-    path = path or repairs_path()
-    entries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        item = json.loads(line)
-        if not isinstance(item, dict):
-            raise ValueError(f"{path} line {number} is not a JSON object")
-        entries.append(item)
-    return entries
+    return read_objects(path or repairs_path())
 
 
 def all_repairs(folder: Path | None = None) -> list[dict[str, Any]]:
