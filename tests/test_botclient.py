@@ -140,6 +140,34 @@ def test_a_patch_swaps_the_code_of_the_named_function_in_place() -> None:
         helper.__code__ = original
 
 
+def calls_helper(items):
+    total = 0
+    for item in items:
+        total += helper() + item
+    return total
+
+
+def test_a_patch_is_checked_before_anything_is_applied() -> None:
+    import daifu
+    from tests.copies import fresh
+
+    target, reasons = f"{__name__}:helper", {}
+
+    def policy(crash):
+        reasons["fine"] = crash.check(Patch(target, "def helper() -> int:\n    return 2\n"))
+        reasons["parameters"] = crash.check(Patch(target, "def helper(x):\n    return x\n"))
+        reasons["unknown"] = crash.check(Patch(f"{__name__}:no_such_function", "def no_such_function():\n    pass\n"))
+        reasons["syntax"] = crash.check(Patch(target, "def helper(:\n"))
+        return daifu.Skip()
+
+    daifu.set_policy(policy)
+    assert daifu.transform(fresh(calls_helper))([1, "x", 2]) == 5
+    assert helper() == 1  # the checks changed nothing
+    assert reasons["fine"] is None
+    assert "parameters" in reasons["parameters"] and "no_such_function" in reasons["unknown"]
+    assert reasons["syntax"] and "helper" in reasons["syntax"]
+
+
 def settings(tmp_path: Path, approve: str) -> Settings:
     return Settings(mode="automatic", approve=approve, workspace=tmp_path / "ws")
 

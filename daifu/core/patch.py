@@ -13,7 +13,7 @@ import inspect
 import itertools
 import re
 import sys
-from types import FunctionType, MethodType
+from types import CodeType, FunctionType, MethodType
 from typing import Any
 
 from daifu.core.compiling import compile_definition, future_flags, register_source
@@ -62,6 +62,24 @@ def patch_function(function: FunctionType, source: str) -> None:
     if vaccine is not None:
         vaccine.replace_source(source)
         return
+    compiled, filename = _compiled(function, source)
+    register_source(filename, function.__code__.co_firstlineno, "".join(source.splitlines(keepends=True)))
+    function.__code__ = compiled
+
+
+def check_patch(target: str, source: str) -> None:
+    """Why patching `target` with `source` would be refused (`PatchRefused`), checked as
+    `patch_function` checks it; changes nothing."""
+    function = resolve(target)
+    vaccine = getattr(function, "__daifu__", None)
+    if vaccine is not None:
+        vaccine.patched_version(source)
+    else:
+        _compiled(function, source)
+
+
+def _compiled(function: FunctionType, source: str) -> tuple[CodeType, str]:
+    """The code `source` gives `function`, and its file name; `PatchRefused` when it may not."""
     code = function.__code__
     try:
         old_source, first = inspect.getsourcelines(function)
@@ -85,5 +103,4 @@ def patch_function(function: FunctionType, source: str) -> None:
         raise PatchRefused(f"the new source changes whether {function.__qualname__} is a generator or coroutine")
     if sys.version_info >= (3, 11):
         compiled = compiled.replace(co_qualname=function.__qualname__)
-    register_source(filename, code.co_firstlineno, "".join(source.splitlines(keepends=True)))
-    function.__code__ = compiled
+    return compiled, filename

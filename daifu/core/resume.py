@@ -200,19 +200,24 @@ class Vaccine:
 
         `PatchRefused` (nothing changed) when it does not compile or changes the signature.
         """
+        new, filename = self.patched_version(source)
+        register_source(filename, new.first_lineno, new.source)
+        with self._lock:
+            self._install(new)
+
+    def patched_version(self, source: str) -> tuple[Version, str]:
+        """The version `source` would install as a patch, and its file name; installs nothing.
+        `PatchRefused` when it does not compile or changes the signature."""
         from daifu.core.patch import PatchRefused
         from daifu.core.surgery import SurgeryRefused, check_same_signature
 
-        number = len(self.versions)
-        filename = f"{self.filename} (patch {number})"
+        filename = f"{self.filename} (patch {len(self.versions)})"
         try:
             new = self._build(source, self.current.first_lineno, filename)
             check_same_signature(self.current.fdef, new.fdef)
         except (SyntaxError, ValueError, SurgeryRefused) as error:
             raise PatchRefused(f"cannot patch {self.qualname}: {error}") from None
-        register_source(filename, new.first_lineno, new.source)
-        with self._lock:
-            self._install(new)
+        return new, filename
 
     @property
     def plain(self) -> FunctionType:
@@ -467,7 +472,7 @@ class Vaccine:
 
         The steps of several plays are checked in order, each surgery against the previous one's version.
         """
-        from daifu.core.decisions import Action, Plays, SkipIteration, Surgery
+        from daifu.core.decisions import Action, Patch, Plays, SkipIteration, Surgery
 
         here, planned = site, 0
         try:
@@ -479,6 +484,13 @@ class Vaccine:
                     compile(step.code, "<daifu action>", "exec", dont_inherit=True)
                 elif isinstance(step, SkipIteration):
                     here.version.rewriter.continuation(here.version.fdef, here.path, Mode.NEXT_ITERATION)
+            if isinstance(decision, Patch):
+                from daifu.core.patch import PatchRefused, check_patch
+
+                try:
+                    check_patch(decision.target, decision.source)
+                except PatchRefused as refusal:
+                    return str(refusal)
         except RepairRefused as refusal:
             return str(refusal)
         except CannotResume as refusal:
