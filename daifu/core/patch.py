@@ -62,7 +62,8 @@ def patch_function(function: FunctionType, source: str) -> None:
     if vaccine is not None:
         vaccine.replace_source(source)
         return
-    compiled, filename = _compiled(function, source)
+    filename = f"{function.__code__.co_filename} (patch {next(_numbers)})"
+    compiled = _compiled(function, source, filename)
     register_source(filename, function.__code__.co_firstlineno, "".join(source.splitlines(keepends=True)))
     function.__code__ = compiled
 
@@ -75,11 +76,11 @@ def check_patch(target: str, source: str) -> None:
     if vaccine is not None:
         vaccine.patched_version(source)
     else:
-        _compiled(function, source)
+        _compiled(function, source, f"{function.__code__.co_filename} (patch)")
 
 
-def _compiled(function: FunctionType, source: str) -> tuple[CodeType, str]:
-    """The code `source` gives `function`, and its file name; `PatchRefused` when it may not."""
+def _compiled(function: FunctionType, source: str, filename: str) -> CodeType:
+    """The code `source` gives `function`, compiled under `filename`; `PatchRefused` when it may not."""
     code = function.__code__
     try:
         old_source, first = inspect.getsourcelines(function)
@@ -90,7 +91,6 @@ def _compiled(function: FunctionType, source: str) -> tuple[CodeType, str]:
         raise PatchRefused(f"cannot patch {function.__qualname__}: {error}") from None
     except SurgeryRefused as refusal:
         raise PatchRefused(str(refusal)) from None
-    filename = f"{code.co_filename} (patch {next(_numbers)})"
     try:
         compiled = compile_definition(new, filename, future_flags(code), code.co_freevars)
     except SyntaxError as error:
@@ -103,4 +103,4 @@ def _compiled(function: FunctionType, source: str) -> tuple[CodeType, str]:
         raise PatchRefused(f"the new source changes whether {function.__qualname__} is a generator or coroutine")
     if sys.version_info >= (3, 11):
         compiled = compiled.replace(co_qualname=function.__qualname__)
-    return compiled, filename
+    return compiled

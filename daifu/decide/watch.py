@@ -113,7 +113,7 @@ def footprint(decision: Decision, crash: Crash) -> frozenset[str] | None:
         return frozenset(name for line in changed if line[:2] in ("- ", "+ ") for name in _NAME.findall(line[2:]))
     if isinstance(decision, Plays):
         parts = [footprint(step, crash) for step in decision.steps]
-        return None if any(part is None for part in parts) else frozenset().union(*parts)  # type: ignore[arg-type]
+        return None if None in parts else frozenset(name for part in parts if part for name in part)
     return None
 
 
