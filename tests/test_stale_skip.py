@@ -111,3 +111,26 @@ def test_skips_at_one_site_are_bounded(bot, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="hold nan"):
         daifu.transform(fresh(logged))([0.9] + [float("nan")] * (MAX_SKIPS + 2), log)
     assert [r["decision"] for r in RUN.repairs_since(before)] == ["Skip"] * MAX_SKIPS + ["Raise"]
+
+
+def test_code_outside_the_allowlist_is_not_run_before_a_person_chooses(tmp_path: Path) -> None:
+    from daifu.config import settings
+    from daifu.decide.automatic import candidates, tried_for_a_person
+
+    suggestions = [
+        Suggestion(kind="action", code="import subprocess\nstate = 0.0", explanation="outside the allowlist",
+                   confidence=0.9),
+        Suggestion(kind="action", code="state = 0.0", explanation="inside it", confidence=0.8),
+    ]
+    seen: dict[str, list] = {}
+
+    def policy(crash):
+        options = tried_for_a_person(crash, candidates(crash, suggestions), settings())
+        seen["options"] = [(c.suggestion.code, bool(c.unsafe), c.verdict is not None) for c in options]
+        return daifu.Skip()
+
+    daifu.configure(workspace=tmp_path / "ws")
+    daifu.set_policy(policy)
+    daifu.transform(fresh(act))([0.9, float("nan")], [])
+    # both offered to the person; only the allowlisted one was run, on a copy, before the choice
+    assert seen["options"] == [("import subprocess\nstate = 0.0", True, False), ("state = 0.0", False, True)]

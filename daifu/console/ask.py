@@ -19,7 +19,15 @@ from daifu import config
 from daifu.console.approval import choose
 from daifu.core.crash import Crash
 from daifu.core.decisions import Decision
-from daifu.decide.automatic import Candidate, candidates, diagnosis_text, rank, record_answer, tried_for_a_person
+from daifu.decide.automatic import (
+    Candidate,
+    candidates,
+    diagnosis_text,
+    rank,
+    record_answer,
+    to_try,
+    tried_for_a_person,
+)
 from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.report.build import build_report
 from daifu.report.redact import redact
@@ -48,7 +56,7 @@ def ask(crash: Crash, number: int, question: str, show: Callable[[str], None]) -
     found = rank(candidates(crash, answer.suggestions))
     usable = sum(1 for c in found if c.usable)
     if usable:
-        tried = min(usable, settings.max_trials)
+        tried = len(to_try(found, settings))
         show(f"Trying {tried} of its {usable} usable suggestion{'s' if usable > 1 else ''} on a copy of the run...")
     options = tried_for_a_person(crash, found, settings)
     record_answer(settings, report, answer, found, crash)

@@ -67,7 +67,8 @@ class Candidate:
     """One suggestion as a decision, with what is known about it.
 
     problems: why the runtime would refuse it (it cannot be applied at all).
-    unsafe: why its code may not run without a person (outside the allowlist).
+    unsafe: why it may not be applied without a person: its code is outside the allowlist
+        (`outside_allowlist`), or its effect is one a trial cannot see (`unverifiable`).
     verdict: its trial's verdict, once tried.
 
     With a `crash`, `problems` and `unsafe` are worked out when first asked: the runtime's check builds
@@ -78,7 +79,7 @@ class Candidate:
     suggestion: Suggestion
     decision: Decision
     given_problems: tuple[str, ...] | None = None
-    given_unsafe: tuple[str, ...] | None = None
+    given_outside: tuple[str, ...] | None = None
     verdict: Verdict | None = None
     crash: Crash | None = field(default=None, repr=False)
     shared: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -91,17 +92,23 @@ class Candidate:
         return self.given_problems
 
     @property
-    def unsafe(self) -> tuple[str, ...]:
-        if self.given_unsafe is None:
+    def outside_allowlist(self) -> tuple[str, ...]:
+        """Why its code is outside the allowlist (then it does not run, even on a copy, without a person)."""
+        if self.given_outside is None:
             found: tuple[str, ...] = ()
             if self.crash is not None:
                 if "context" not in self.shared:
                     self.shared["context"] = context_for(self.crash)
                 code = code_of(self.decision) or ""
                 found = tuple(check_suggestion(self.suggestion, self.shared["context"], code).reasons)
-                found += unverifiable(self.decision, self.crash)
-            self.given_unsafe = found
-        return self.given_unsafe
+            self.given_outside = found
+        return self.given_outside
+
+    @property
+    def unsafe(self) -> tuple[str, ...]:
+        if self.crash is None:
+            return self.outside_allowlist
+        return self.outside_allowlist + unverifiable(self.decision, self.crash)
 
     @property
     def checked(self) -> bool:
@@ -444,12 +451,18 @@ def _ask_person(crash: Crash, diagnosis: Diagnosis, found: list[Candidate], sett
 
 
 def tried_for_a_person(crash: Crash, found: list[Candidate], settings: Settings) -> list[Candidate]:
-    """The usable candidates, the first `max_trials` of them tried on a copy of the run, so that a
-    person choosing among them sees each verdict."""
-    options = [c for c in found if c.usable]
-    for candidate in options[: settings.max_trials]:
-        candidate.verdict = crash.trial(candidate.decision, settings.trial_seconds)
-    return options
+    """The usable candidates, those of `to_try` tried on a copy of the run, so that a person choosing
+    among them sees each verdict (a candidate tried already keeps its verdict)."""
+    for candidate in to_try(found, settings):
+        if candidate.verdict is None:
+            candidate.verdict = crash.trial(candidate.decision, settings.trial_seconds + waits(candidate.decision))
+    return [c for c in found if c.usable]
+
+
+def to_try(found: list[Candidate], settings: Settings) -> list[Candidate]:
+    """The candidates tried before a person chooses: usable, inside the allowlist (the bot's other code
+    does not run, even sandboxed, until a person applies it), the first `max_trials` of them."""
+    return [c for c in found if c.usable and not c.outside_allowlist][: settings.max_trials]
 
 
 def _person_present() -> bool:
@@ -489,8 +502,8 @@ def record_answer(
     """Append the bot's answer, every trial, and the model call behind the answer (if any) to the
     workspace; a failure to write never costs the run."""
     trials = [  # what a trial printed is the program's output: redacted like everything else written here
-        {"decision": play_name(c.decision), "code": code_of(c.decision),
-         **{**c.verdict.to_data(), "output": redact(c.verdict.output)}}
+        {"decision": play_name(c.decision), "code": code_of(c.decision), **c.verdict.to_data(),
+         "output": redact(c.verdict.output)}
         for c in found
         if c.verdict is not None
     ]

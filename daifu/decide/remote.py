@@ -41,7 +41,7 @@ from daifu.config import Settings
 from daifu.core.crash import Crash
 from daifu.core.decisions import Action, Decision, Raise, Retry, Skip, SkipIteration, Surgery
 from daifu.core.trial import Outcome, Verdict
-from daifu.decide.automatic import Candidate, restored, waits
+from daifu.decide.automatic import Candidate, restored, tried_for_a_person, waits
 from daifu.decide.botclient import BotAnswer
 from daifu.report.redact import has_placeholder, redact
 from daifu.say import say
@@ -84,9 +84,7 @@ def decide(crash: Crash, report: CrashReport, answer: BotAnswer, found: list[Can
     if settings.bot_url is None:
         return _fall_back(settings, auto, "approve='remote' needs a repair bot service to wait on "
                                           "(DAIFU_REPAIRBOT_URL or configure(bot_url=...))")
-    for candidate in [c for c in found if c.usable][: settings.max_trials]:
-        if candidate.verdict is None:
-            candidate.verdict = crash.trial(candidate.decision, settings.trial_seconds + waits(candidate.decision))
+    tried_for_a_person(crash, found, settings)
     try:
         body = pending_request(crash, report, answer, found, settings)
     except ValidationError as error:  # a bound of the protocol passed: say so, never lose the crash to it
