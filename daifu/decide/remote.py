@@ -4,8 +4,8 @@ Long runs rarely have a terminal (`nohup`, SLURM, Kubernetes, `torchrun`). With 
 the crashed process keeps every live value and hands the decision to a person through the repair
 bot service (`repairbot.approvals`), on its approval page (`/ui`):
 
-1. each usable suggestion of the bot (at most `max_trials`) is tried on a sandboxed copy of the run
-   (`crash.trial`), as `approve="auto"` would — and nothing is applied;
+1. each usable suggestion of the bot inside the allowlist (at most `max_trials`) is tried on a
+   sandboxed copy of the run (`crash.trial`), as `approve="auto"` would — and nothing is applied;
 2. the crash report (redacted, as the bot saw it), the diagnosis and every candidate with its trial
    verdict are posted as a *pending repair*; the terminal says where its page is and how long the
    process waits (the service may also notify a chat webhook);
