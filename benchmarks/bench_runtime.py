@@ -214,6 +214,52 @@ def restore_times(runs: int, crash_step: int) -> dict[str, list[float]]:
     return results
 
 
+def long_source(groups: int = 90) -> str:
+    """A generated function of about 1,000 lines: a loop over steps whose body is `groups` blocks
+    (an `if`, a `with`, a `try`) of plain arithmetic; the fault comes in the last block."""
+    lines = ["def long(steps, fault, manager):", "    total = 0", "    for step in range(steps):"]
+    for g in range(groups):
+        lines += [
+            f"        if step >= {g % 3}:",
+            f"            a{g} = step + {g}",
+            f"            b{g} = a{g} * 2",
+            "            with manager:",
+            f"                c{g} = b{g} - a{g}",
+            f"                total += c{g}",
+            "            try:",
+            f"                d{g} = total % {g + 7}",
+            "            except ZeroDivisionError:",
+            f"                d{g} = 0",
+            f"            total += d{g}" if g < groups - 1 else "            fault(step)",
+        ]
+    return "\n".join(lines + ["    return total", ""])
+
+
+def long_function(runs: int) -> None:
+    """Vaccinating the ~1,000-line function (CPU time), and restore times at a first and a repeated crash."""
+    source = long_source()
+    namespace: dict = {}
+    exec(compile(source, "<long>", "exec"), namespace)
+    import linecache
+
+    linecache.cache["<long>"] = (len(source), None, source.splitlines(True), "<long>")
+    daifu.set_policy(lambda crash: daifu.Retry())
+    vaccination, cold, warm = [], [], []
+    shared = daifu.transform(fresh(namespace["long"]))
+    for _ in range(runs):
+        started = time.thread_time()
+        fn = daifu.transform(fresh(namespace["long"]))
+        vaccination.append((time.thread_time() - started) * 1e3)
+        fn(3, FaultAt(2), contextlib.nullcontext())
+        cold.append(RUN.history[-1]["duration_ms"])
+        shared(3, FaultAt(2), contextlib.nullcontext())
+        warm.append(RUN.history[-1]["duration_ms"])
+    daifu.set_policy(None)
+    print(f"\n{len(source.splitlines())}-line function: vaccinating {statistics.median(vaccination):.1f} ms CPU; "
+          f"restore (Retry) at a first crash {statistics.median(cold):.3f} ms, repeated {statistics.median(warm):.3f} ms "
+          "(medians)")
+
+
 def checkpoint_retry(crash_step: int, every: int, runs: int) -> list[float]:
     """Seconds to recover by restarting: new process, import, rebuild, load, redo the lost steps."""
     folder = Path(tempfile.mkdtemp())
@@ -253,6 +299,7 @@ def main() -> None:
     print("\nrestore time, exception to resume (ms), 100-line training function:")
     for name, values in restore.items():
         print(f"  {name:<16} median {statistics.median(values):7.3f}   min {min(values):7.3f}   max {max(values):7.3f}")
+    long_function(5 if options.quick else 15)
     baseline = checkpoint_retry(crash_step, every, 2 if options.quick else 5)
     base = statistics.median(baseline)
     print(f"\ncheckpoint-retry (restart, import, rebuild, load, redo {crash_step % every} steps): median {base:.2f} s")

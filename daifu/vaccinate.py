@@ -158,8 +158,8 @@ time. Trials (`daifu.core.trial`, multiprocessing) and the bot client still load
 
 
 def _load_crash_path() -> None:
-    if _CRASH_PATH[-1] not in sys.modules:
-        for name in _CRASH_PATH:
+    for name in _CRASH_PATH:
+        if name not in sys.modules:
             importlib.import_module(name)
 
 

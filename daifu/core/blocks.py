@@ -95,6 +95,57 @@ def locate(block: list[ast.stmt], line: int, col: int | None) -> tuple[ast.stmt,
     return None
 
 
+def shared_lines(fdef: ast.FunctionDef) -> frozenset[int]:
+    """The lines of the function where the code of more than one statement sits, so that only a
+    column tells which raised (`a = 1; b = f()`, `for x in xs: use(x)`, a statement beginning where
+    another ends). On every other line the line alone locates a crash, and finding a column (a
+    walk of the code's position table) is not needed."""
+    count: dict[int, int] = {}
+
+    def own(first: int, last: int) -> None:
+        for line in range(first, last + 1):
+            count[line] = count.get(line, 0) + 1
+
+    def walk(block: list[ast.stmt]) -> None:
+        for statement in block:
+            if not isinstance(statement, COMPOUND):
+                own(statement.lineno, statement.end_lineno or statement.lineno)
+                continue
+            own(statement.lineno, max((_last_line(part) for part in _header(statement)), default=statement.lineno))
+            for clause in [*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())]:
+                own(_first_line(clause), max((_last_line(part) for part in _header(clause)), default=_first_line(clause)))
+            for _field, child in child_blocks(statement):
+                walk(child)
+
+    walk(fdef.body)
+    return frozenset(line for line, holders in count.items() if holders > 1)
+
+
+def _header(node: ast.AST) -> list[ast.AST]:
+    """The expressions of a compound statement's header, or of an `except` / `case` clause."""
+    if isinstance(node, ast.For):
+        return [node.target, node.iter]
+    if isinstance(node, (ast.While, ast.If)):
+        return [node.test]
+    if isinstance(node, ast.With):
+        return [part for item in node.items for part in (item.context_expr, item.optional_vars) if part is not None]
+    if isinstance(node, ast.Match):
+        return [node.subject]
+    if isinstance(node, ast.ExceptHandler):
+        return [node.type] if node.type is not None else []
+    if isinstance(node, ast.match_case):
+        return [node.pattern] + ([node.guard] if node.guard is not None else [])
+    return []
+
+
+def _first_line(node: ast.AST) -> int:
+    return node.pattern.lineno if isinstance(node, ast.match_case) else node.lineno  # type: ignore[attr-defined,no-any-return]
+
+
+def _last_line(node: ast.AST) -> int:
+    return node.end_lineno or node.lineno  # type: ignore[attr-defined,no-any-return]
+
+
 def assigned_names(node: ast.AST) -> set[str]:
     """Names a statement (or a loop header's target) binds, not counting nested scopes."""
     names: set[str] = set()

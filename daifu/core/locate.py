@@ -1,40 +1,37 @@
-"""From an exception caught in a vaccinated frame to the faulty statement of that frame."""
+"""From an exception caught in a vaccinated frame to the instruction of that frame that raised it."""
 
 from __future__ import annotations
 
 import sys
+from itertools import islice
 from types import CodeType, FrameType, TracebackType
 
-_positions_cache: dict[CodeType, list[tuple[int | None, int | None]]] = {}
 
-
-def _positions(code: CodeType) -> list[tuple[int | None, int | None]]:
-    cached = _positions_cache.get(code)
-    if cached is None:
-        if sys.version_info >= (3, 11):
-            cached = [(line, col) for line, _end, col, _end_col in code.co_positions()]
-        else:
-            cached = []
-            for start, end, line in code.co_lines():
-                cached.extend([(line, None)] * ((end - start) // 2))
-        _positions_cache[code] = cached
-    return cached
-
-
-def raising_position(error: BaseException, frame: FrameType) -> tuple[int, int | None] | None:
-    """Line and column, in the user's file, of the instruction of `frame` that raised `error`.
+def raising_instruction(error: BaseException, frame: FrameType) -> tuple[int, int] | None:
+    """The line, in the user's file, and the byte offset of the instruction of `frame` that raised
+    `error`; `None` when the traceback does not pass through `frame` or names no line.
 
     The traceback's own `tb_lasti` is used, not the frame's: the frame has moved on to the
-    handler (executing's note on `tb_lineno` versus `f_lineno`).
+    handler (executing's note on `tb_lineno` versus `f_lineno`). Its line comes from the
+    interpreter's own lookup; a column costs a walk of the code's position table (`column`).
     """
     tb: TracebackType | None = error.__traceback__
     while tb is not None and tb.tb_frame is not frame:
         tb = tb.tb_next
-    if tb is None:
+    if tb is None or tb.tb_lineno is None or tb.tb_lineno < 0:
         return None
-    table = _positions(frame.f_code)
-    index = tb.tb_lasti // 2
-    if 0 <= index < len(table) and table[index][0] is not None:
-        line, col = table[index]
-        return line, col  # type: ignore[return-value]
-    return tb.tb_lineno, None
+    return tb.tb_lineno, tb.tb_lasti
+
+
+def column(code: CodeType, offset: int) -> int | None:
+    """The column of the instruction at byte `offset` of `code` (`None` before Python 3.11).
+
+    Read from the position table up to that instruction, and kept nowhere: it is asked for only
+    when statements share the crash's line, and a cache of whole tables would keep ~150 KiB per
+    crashed code object for the rest of the run.
+    """
+    if sys.version_info < (3, 11) or offset < 0:
+        return None
+    for _line, _end, col, _end_col in islice(code.co_positions(), offset // 2, None):
+        return col
+    return None

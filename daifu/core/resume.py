@@ -20,6 +20,8 @@ the module's namespace.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 import sys
 import threading
 import time
@@ -32,7 +34,7 @@ from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of
 from daifu.core.compiling import compile_definition, future_flags, make_function, register_source
 from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.helpers import Helpers
-from daifu.core.locate import raising_position
+from daifu.core.locate import column, raising_instruction
 from daifu.core.rewrite import CannotResume, Flavour, Mode
 from daifu.core.version import Version, build_version
 
@@ -166,7 +168,10 @@ class Vaccine:
         self._continuations: dict[tuple[int, Path, Mode, Flavour], CodeType] = {}
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self.versions: list[Version] = []
-        self._install(self._build(source, first_lineno))
+        with _collection_paused():  # thousands of new AST nodes would trigger full collections
+            first = self._build(source, first_lineno)
+            first.compile_anywhere(self.flags, self.qualname)
+        self._install(first)
 
     # -- versions ---------------------------------------------------------------------------
 
@@ -187,6 +192,8 @@ class Vaccine:
             code = code.replace(co_qualname=self.qualname)
         self.versions.append(version)
         self.units[id(version.fast_code)] = self.units[id(code)] = version
+        if version.anywhere is not None:
+            self.units[id(version.anywhere)] = version
         if self.seed is not None and version.seed_names is not None:
             self.seed.names = version.seed_names  # the next call enters the scope of this version
         self.function.__code__ = code
@@ -261,10 +268,12 @@ class Vaccine:
 
     def _site(self, error: BaseException, frame: FrameType) -> Site | None:
         version = self.units.get(id(frame.f_code))
-        position = raising_position(error, frame) if version is not None else None
-        if version is None or position is None:
+        raised = raising_instruction(error, frame) if version is not None else None
+        if version is None or raised is None:
             return None
-        found = locate(version.fdef.body, *position)
+        line, offset = raised
+        col = column(frame.f_code, offset) if line in version.shared_lines else None
+        found = locate(version.fdef.body, line, col)
         if found is None:
             return None
         node, header = found
@@ -378,7 +387,7 @@ class Vaccine:
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
             if flavour is Flavour.PLAIN and crash.watch is not None:
                 flavour = Flavour.WATCHED
-            code = self._continuation(here.version, here.path, mode, flavour)
+            code, resume_point = self._continuation(here.version, here.path, mode, flavour)
         except (RepairRefused, CannotResume) as refusal:
             from daifu.core.actions import undo
 
@@ -410,7 +419,7 @@ class Vaccine:
         self._remember(version, here.path, site, namespace, crash)
         if flavour is Flavour.WATCHED:
             self.helpers.watching = crash.watch
-        function = make_function(code, self.function.__globals__, live.cells)
+        function = make_function(code, self.function.__globals__, live.cells, resume_point)
         return Handover(function, namespace)
 
     def _run_action(self, code: str, version: Version, namespace: dict[str, Any], live: _Live) -> Undo:
@@ -540,7 +549,14 @@ class Vaccine:
             tb = tb.tb_next
         return found
 
-    def _continuation(self, version: Version, path: Path, mode: Mode, flavour: Flavour) -> CodeType:
+    def _continuation(self, version: Version, path: Path, mode: Mode, flavour: Flavour
+                      ) -> tuple[CodeType, tuple[int] | None]:
+        """The code that resumes `version` at `path` in `mode`, and the defaults to call it with:
+        the version's resume-anywhere code and the number of the point, when it has them (see
+        `Rewriter.anywhere`); else a continuation for this site alone, compiled once."""
+        point = version.points.get((path, mode)) if flavour is Flavour.PLAIN else None
+        if version.anywhere is not None and point is not None:
+            return version.anywhere, (point,)
         key = (version.number, path, mode, flavour)
         code = self._continuations.get(key)
         if code is None:
@@ -550,14 +566,14 @@ class Vaccine:
                 Flavour.WATCHED: version.watched_rewriter,
             }[flavour]
             tree = rewriter.continuation(version.fdef, path, mode)
-            free = tuple(sorted(set(version.scope.cell_names)))
-            code = compile_definition(tree, version.fast_code.co_filename, self.flags, free, self.helpers)
+            code = compile_definition(tree, version.fast_code.co_filename, self.flags, version.scope.cell_names,
+                                      self.helpers)
             if sys.version_info >= (3, 11):
                 code = code.replace(co_qualname=self.qualname)
             if flavour is not Flavour.TRIAL:  # a trial's continuation lives and dies in its copy
                 self._continuations[key] = code
             self.units[id(code)] = version
-        return code
+        return code, None
 
     # -- progress ---------------------------------------------------------------------------
 
@@ -585,6 +601,18 @@ class Vaccine:
         progress.pop(site.path, None)
         fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else ()
         progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """No garbage collection inside: a full one costs ~0.2 s once torch is loaded."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _kind(node: Any) -> str:

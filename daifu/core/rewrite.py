@@ -21,6 +21,10 @@ machinery sees it: the function body, every `with` body, and the blocks of a `tr
 `finally`. Loop and `if` bodies need none: an exception leaves them without side effects, and the
 loop's iterator survives in `@itD`. Since Python 3.11 a `try` costs nothing until it raises.
 
+Each version has one continuation that resumes anywhere (`Rewriter.anywhere`), compiled with it, so
+a first crash compiles nothing; one for a single site (`Rewriter.continuation`) is compiled where
+that one does not serve: in a surgery's new version, to skip an iteration, in a flavour below.
+
 A continuation may be built in two more flavours, which change only the innermost loop it
 resumes: the *trial* flavour (`daifu.core.trial`) signals `@rt.trial_end()` where the interrupted
 iteration is over, the point at which a trial of a repair has seen enough; the *watched* flavour
@@ -35,13 +39,16 @@ import copy
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TypeVar
+from collections.abc import Callable
 
-from daifu.core.blocks import TRY, Path, block_of
+from daifu.core.blocks import COMPOUND, TRY, Path, block_of, child_blocks, path_of
 from daifu.core.compiling import RUNTIME, no_arguments
 from daifu.core.compiling import place as _at
 
 
 N = TypeVar("N", bound=ast.AST)
+Resumed = Callable[[list[ast.stmt], "_Depth"], list[ast.stmt]]
+"""Builds the remainder of a block a continuation enters, given the block and the depth inside it."""
 
 
 class Mode(Enum):
@@ -163,6 +170,11 @@ def _none() -> ast.Constant:
 
 def _is(identifier: str, negate: bool = False) -> ast.Compare:
     return ast.Compare(left=_name(identifier), ops=[ast.IsNot() if negate else ast.Is()], comparators=[_none()])
+
+
+def _to_at_most(point: int) -> ast.Compare:
+    """`@to <= point`: the resume point is at or before `point` (see `Rewriter.anywhere`)."""
+    return ast.Compare(left=_name("@to"), ops=[ast.LtE()], comparators=[ast.Constant(point)])
 
 
 def _is_catch_all(handler: ast.ExceptHandler) -> bool:
@@ -450,6 +462,68 @@ class Rewriter:
         arguments.args = [ast.copy_location(ast.arg(arg="@ns"), fdef)]
         return self._copy(fdef, args=arguments, body=body, decorator_list=[], returns=None)
 
+    def anywhere(self, fdef: ast.FunctionDef) -> tuple[ast.FunctionDef, dict[tuple[Path, Mode], int]]:
+        """One continuation that resumes at any statement, chosen when it is called: a function of
+        the locals snapshot and `@to`, the number of a resume point; and the number of each point.
+
+        Built with the version, so that the first crash at a site costs what a repeated one does
+        (compiling a continuation per site is most of a first crash's cost). Every statement gets
+        two numbers in the order of the source: `at` (before it), then its blocks' statements', then
+        `after` (past it). Each block runs its statement `S` as `if @to <= at(S): S` (S comes after
+        the resume point, or is it) `elif @to < after(S): <S entered where @to is>`; statements
+        before the resume point fall through. A loop header resumed as `Mode.LOOP_NEXT` is the point
+        after the last statement of its body (the iteration is over, the iterator goes on), and as
+        `Mode.LOOP_EXHAUSTED` the first statement of its `else` (or the point after the loop). A
+        resumed loop runs its remaining iterations in their plain form: the numbers are tested once
+        per enclosing block, not in every iteration. `Mode.NEXT_ITERATION` and the trial and watched
+        flavours are built per site (`continuation`).
+        """
+        points: dict[tuple[Path, Mode], int] = {}
+        body = self._anywhere_block(fdef.body, _Depth(), points)
+        prologue = self._load_locals(fdef)
+        arguments = no_arguments()
+        arguments.args = [ast.copy_location(ast.arg(arg="@ns"), fdef), ast.copy_location(ast.arg(arg="@to"), fdef)]
+        tree = self._copy(fdef, args=arguments, body=prologue + self._frame(body, fdef, in_continuation=True),
+                          decorator_list=[], returns=None)
+        return tree, points
+
+    def _anywhere_block(self, block: list[ast.stmt], depth: _Depth, points: dict[tuple[Path, Mode], int]
+                        ) -> list[ast.stmt]:
+        result: list[ast.stmt] = []
+        for node in block:
+            path = path_of(node)
+            at = points[path, Mode.AT] = len(points)
+            entered = self._anywhere_entered(node, depth, points) if isinstance(node, COMPOUND) else []
+            after = points[path, Mode.AFTER] = len(points)
+            if isinstance(node, ast.For):
+                points[path, Mode.LOOP_NEXT] = points[path_of(node.body[-1]), Mode.AFTER]
+            if isinstance(node, (ast.For, ast.While)):
+                points[path, Mode.LOOP_EXHAUSTED] = points[path_of(node.orelse[0]), Mode.AT] if node.orelse else after
+            branch = ast.If(test=_to_at_most(at), body=self.statement(node, depth), orelse=[])
+            if entered:
+                branch.orelse = [ast.If(test=_to_at_most(after - 1), body=entered, orelse=[])]
+            result += _at([branch], node)
+        return result
+
+    def _anywhere_entered(self, node: ast.stmt, depth: _Depth, points: dict[tuple[Path, Mode], int]
+                          ) -> list[ast.stmt]:
+        """Compound statement `node` entered at the resume point inside it: each of its non-empty
+        blocks, chosen by the range of numbers its statements have."""
+
+        def inner(block: list[ast.stmt], inner_depth: _Depth) -> list[ast.stmt]:
+            return self._anywhere_block(block, inner_depth, points)
+
+        choices: list[tuple[int, list[ast.stmt]]] = []
+        for field, block in child_blocks(node):
+            if block:
+                first = len(points)
+                choices.append((first, self._resumed(node, field, inner, depth)))
+        branches: list[ast.stmt] = choices[-1][1] or _at([ast.Pass()], node)
+        for (_first, statements), (following, _next) in reversed(list(zip(choices, choices[1:]))):
+            test = _to_at_most(following - 1)
+            branches = _at([ast.If(test=test, body=statements or [ast.Pass()], orelse=branches)], node)
+        return branches
+
     def _load_locals(self, fdef: ast.FunctionDef) -> list[ast.stmt]:
         """The continuation's prologue, built once per version: its own cells declared `nonlocal`
         (they are the crashed frame's cells), then `if "x" in @ns: x = @ns["x"]` for each local,
@@ -474,7 +548,11 @@ class Rewriter:
         if len(path) == 1:
             return self._tail(block, index, mode, depth)
         node, field = block[index], path[1]
-        return self._resumed(node, field, path[2:], mode, depth) + self.block(block[index + 1 :], depth)
+
+        def inner(child: list[ast.stmt], child_depth: _Depth) -> list[ast.stmt]:
+            return self._rest(child, path[2:], mode, child_depth)
+
+        return self._resumed(node, field, inner, depth) + self.block(block[index + 1 :], depth)
 
     def _tail(self, block: list[ast.stmt], index: int, mode: Mode, depth: _Depth) -> list[ast.stmt]:
         after = self.block(block[index + 1 :], depth)
@@ -494,28 +572,29 @@ class Rewriter:
             return self._marked(self.block(node.orelse, depth) + cleared, node) + after
         raise CannotResume(f"cannot resume {mode.value} a {type(node).__name__} statement")
 
-    def _resumed(self, node: ast.stmt, field: str, path: Path, mode: Mode, depth: _Depth) -> list[ast.stmt]:
-        """The remainder of compound statement `node`, entered in its block `field`."""
+    def _resumed(self, node: ast.stmt, field: str, inner: Resumed, depth: _Depth) -> list[ast.stmt]:
+        """The remainder of compound statement `node`, entered in its block `field`, whose own
+        remainder `inner` builds (given the block and the depth inside it)."""
         if isinstance(node, ast.If) or (isinstance(node, ast.Match) and field.startswith("cases.")):
-            return self._rest(block_of(node, field), path, mode, depth)
+            return inner(block_of(node, field), depth)
         if isinstance(node, (ast.For, ast.While)):
             if field == "orelse":
                 cleared = _at([_assign(f"@it{depth.loops}", _none())], node) if isinstance(node, ast.For) else []
-                return self._rest(node.orelse, path, mode, depth) + cleared
-            return self._resumed_loop(node, self._rest(node.body, path, mode, depth.inside_loop(node)), depth)
+                return inner(node.orelse, depth) + cleared
+            return self._resumed_loop(node, inner(node.body, depth.inside_loop(node)), depth)
         if isinstance(node, ast.With):
-            inner = replace(depth, withs=depth.withs + 1)
-            body = self.catcher(self._rest(node.body, path, mode, inner), node, inner) or _at([ast.Pass()], node)
+            within = replace(depth, withs=depth.withs + 1)
+            body = self.catcher(inner(node.body, within), node, within) or _at([ast.Pass()], node)
             guard = _call("guard", _name(f"@cm{depth.withs}"), _name(f"@ex{depth.withs}"))
             reentered = ast.withitem(context_expr=guard, optional_vars=None)
             return _at([ast.With(items=[reentered], body=body)], node)
         if isinstance(node, TRY):
             if field == "finalbody":
-                return self._resumed_final(node, self._rest(node.finalbody, path, mode, depth), depth)
-            inner = self._try_depth(node, depth) if field == "body" else depth
+                return self._resumed_final(node, inner(node.finalbody, depth), depth)
+            within = self._try_depth(node, depth) if field == "body" else depth
             if field != "body" and node.finalbody:
-                inner = inner.inside_final(node)
-            return self._resumed_try(node, field, self._rest(block_of(node, field), path, mode, inner), depth)
+                within = within.inside_final(node)
+            return self._resumed_try(node, field, inner(block_of(node, field), within), depth)
         raise CannotResume(f"no block {field!r} in a {type(node).__name__} statement")
 
     def _resumed_loop(self, node: ast.For | ast.While, rest: list[ast.stmt], depth: _Depth) -> list[ast.stmt]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 import inspect
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from functools import cached_property
 from types import CodeType
 
-from daifu.core.blocks import annotate, child_blocks
+from daifu.core.blocks import Path, annotate, child_blocks, shared_lines
 from daifu.core.compiling import compile_definition
-from daifu.core.rewrite import Flavour, Rewriter, Scope, number_finals
+from daifu.core.rewrite import Flavour, Mode, Rewriter, Scope, number_finals
 from daifu.core.seedscope import SeedNames, body_definition, declared_body, seed_names
 from daifu.core.source import normalize, parse_function
 
@@ -34,6 +35,12 @@ class Version:
     plain_code: CodeType
     runtime: object = None
     seed_names: SeedNames | None = None
+    shared_lines: frozenset[int] = frozenset()
+    """The lines where only a column tells which statement raised (`blocks.shared_lines`)."""
+    anywhere: CodeType | None = None
+    """The continuation that resumes at any statement (`Rewriter.anywhere`), once compiled."""
+    points: dict[tuple[Path, Mode], int] = field(default_factory=dict)
+    """The number of each resume point in `anywhere`."""
 
     @cached_property
     def rewriter(self) -> Rewriter:
@@ -49,6 +56,14 @@ class Version:
     def watched_rewriter(self) -> Rewriter:
         """The rewriter of continuations whose next iterations are watched (`daifu.decide.watch`)."""
         return Rewriter(self.scope, Flavour.WATCHED)
+
+    def compile_anywhere(self, flags: int, qualname: str) -> None:
+        """Compile the continuation that resumes anywhere, so that no first crash compiles one."""
+        tree, points = self.rewriter.anywhere(self.fdef)
+        code = compile_definition(tree, self.fast_code.co_filename, flags, self.scope.cell_names, self.runtime)
+        if sys.version_info >= (3, 11):
+            code = code.replace(co_qualname=qualname)
+        self.anywhere, self.points = code, points
 
     @cached_property
     def lines(self) -> list[str]:
@@ -140,4 +155,4 @@ def build_version(
     )
     fast = Rewriter(scope).fast_path(body_definition(fdef) if seed else fdef)
     fast_code = compile_definition(fast, filename, flags, free_names, runtime)
-    return Version(number, source, first_lineno, fdef, scope, fast_code, plain_code, runtime, names)
+    return Version(number, source, first_lineno, fdef, scope, fast_code, plain_code, runtime, names, shared_lines(fdef))

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from daifu import config, ranks
 from daifu.say import say
 from daifu.state import RUN
+from daifu.store import repairs
 from daifu.store.lines import LineFile
 
 # The record is begun at the first vaccination; what only a repair's entry needs (decisions, the
@@ -240,19 +241,25 @@ class Entry:
         _write("WARNING", f"Repair {self.number}: {what} from {decided_by} refused: {reason}")
 
     def resumed(self, started: float) -> None:
-        """The run resumes now; `started` was `time.perf_counter()` at the crash. The restore time
-        recorded covers everything from the crash to here, this record line included."""
+        """The run resumes now; `started` was `time.perf_counter()` at the crash.
+
+        The restore time recorded covers everything from the crash to here, the record included:
+        it is measured once the log line is written and the JSON line and the terminal line are
+        composed, so only writing those two lines comes after it.
+        """
         _write("INFO", f"Repair {self.number} End")
-        seconds = time.perf_counter() - started
-        self._save(seconds * 1000.0)
+        item, target = self._item(), repairs.repairs_path()
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
-        say(f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}; "
-            f"resumed in {seconds * 1000:.1f} ms")
+        told = f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}; resumed in"
+        milliseconds = (time.perf_counter() - started) * 1000.0
+        item["duration_ms"] = round(milliseconds, 3)
+        repairs.append(item, target)
+        say(f"{told} {milliseconds:.1f} ms")
 
     def failed(self, decided_by: str) -> None:
         self.decided_by = self.decided_by or decided_by
         _write("INFO", "Repair Fails")
-        self._save(None)
+        repairs.append(self._item())
         say(f"repair {self.number}: {self._where()}: not repaired ({self._by()}); the exception goes on")
 
     def _by(self) -> str:
@@ -282,35 +289,33 @@ class Entry:
                  if line.strip() and not line.lstrip().startswith(("@", "def ", "#"))]
         return play_name(decision) + (f" `{_cut('; '.join(lines))}`" if lines else "")
 
-    def _save(self, duration_ms: float | None) -> None:
+    def _item(self) -> dict[str, Any]:
+        """This repair's line of `repairs.jsonl`; its `duration_ms` is `None` until it resumes."""
         from daifu.core.decisions import PLAYS_VERSION, code_of, play_name
         from daifu.report.redact import redact
-        from daifu.store import repairs
 
         decision = self.decision
-        repairs.append(
-            {
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "repair": self.number,
-                "function": self.crash.qualname,
-                "file": self.crash.filename,
-                "line": self.crash.lineno,
-                "kind": self.crash.kind,
-                "statement": self.crash.statement,
-                "exception_type": self.crash.exception_type,
-                "exception_message": redact(self.crash.message),  # the record is shown and shared
-                "decision": play_name(decision) if decision is not None else "Raise",
-                "code": code_of(decision) if decision is not None else None,
-                **_decision_extras(decision),
-                "plays_version": PLAYS_VERSION,
-                "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,
-                "decided_by": self.decided_by,
-                "plays": self.plays,
-                "pid": os.getpid(),
-                "rank": ranks.rank(),
-                **self.extra,
-            }
-        )
+        return {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "repair": self.number,
+            "function": self.crash.qualname,
+            "file": self.crash.filename,
+            "line": self.crash.lineno,
+            "kind": self.crash.kind,
+            "statement": self.crash.statement,
+            "exception_type": self.crash.exception_type,
+            "exception_message": redact(self.crash.message),  # the record is shown and shared
+            "decision": play_name(decision) if decision is not None else "Raise",
+            "code": code_of(decision) if decision is not None else None,
+            **_decision_extras(decision),
+            "plays_version": PLAYS_VERSION,
+            "duration_ms": None,
+            "decided_by": self.decided_by,
+            "plays": self.plays,
+            "pid": os.getpid(),
+            "rank": ranks.rank(),
+            **self.extra,
+        }
 
 
 def _decision_extras(decision: Decision | None) -> dict[str, Any]:

@@ -32,12 +32,12 @@ def repairs_path() -> Path:
     return per_rank(config.settings().workspace / REPAIRS_FILE)
 
 
-def append(item: dict[str, Any]) -> None:
-    """Record one repair: in memory (`RUN.history`) and as a line of `repairs_path()`."""
+def append(item: dict[str, Any], path: Path | None = None) -> None:
+    """Record one repair: in memory (`RUN.history`) and as a line of `path` (default `repairs_path()`)."""
     RUN.remember(item)
     line = json.dumps(item, default=str)
     with _lock:  # a repair is rare: the file is opened for each, and never left open
-        target = LineFile(repairs_path().absolute())
+        target = LineFile((path or repairs_path()).absolute())
         target.write(line)
         target.close()
 
