@@ -6,7 +6,8 @@ Prints: (1) a real CPU training loop (benchmarks/train100.py, 320 steps) plain v
 median of interleaved repeats; (2) the per-iteration cost of a tight Python loop plain vs
 vaccinated, and what one execution of a `with` statement costs in each (CPU time); (3) restore
 time — from the exception to execution resuming — for Retry, Action and Surgery decided by a
-policy on the 100-line training function, at the first crash at a site and at a repeated one;
+policy on the 100-line training function, at the first crash at a site and at a repeated one, the
+memory a first crash leaves behind, and for a ~1,000-line function, vaccination and restore times;
 (4) what the same recovery costs by restarting from the last checkpoint (new process, import,
 rebuild, load, redo the lost steps), and the ratio.
 """
@@ -244,20 +245,52 @@ def long_function(runs: int) -> None:
 
     linecache.cache["<long>"] = (len(source), None, source.splitlines(True), "<long>")
     daifu.set_policy(lambda crash: daifu.Retry())
-    vaccination, cold, warm = [], [], []
+    cold, warm = [], []
     shared = daifu.transform(fresh(namespace["long"]))
     for _ in range(runs):
-        started = time.thread_time()
         fn = daifu.transform(fresh(namespace["long"]))
-        vaccination.append((time.thread_time() - started) * 1e3)
         fn(3, FaultAt(2), contextlib.nullcontext())
         cold.append(RUN.history[-1]["duration_ms"])
         shared(3, FaultAt(2), contextlib.nullcontext())
         warm.append(RUN.history[-1]["duration_ms"])
     daifu.set_policy(None)
-    print(f"\n{len(source.splitlines())}-line function: vaccinating {statistics.median(vaccination):.1f} ms CPU; "
+    vaccination = vaccination_time(namespace["long"], 5)
+    print(f"{len(source.splitlines())}-line function: vaccinating {vaccination:.1f} ms CPU; "
           f"restore (Retry) at a first crash {statistics.median(cold):.3f} ms, repeated {statistics.median(warm):.3f} ms "
           "(medians)")
+
+
+def vaccination_time(fn: types.FunctionType, runs: int) -> float:
+    """Median CPU milliseconds `daifu.transform` takes on a fresh copy of `fn` (it compiles the fast
+    path and the continuation that resumes anywhere)."""
+    times = []
+    for _ in range(runs):
+        started = time.thread_time()
+        daifu.transform(fresh(fn))
+        times.append((time.thread_time() - started) * 1e3)
+    return statistics.median(times)
+
+
+def first_crash_memory(functions: int = 5) -> None:
+    """Memory a first crash leaves behind (tracemalloc, after a full collection): the vaccinated
+    function's record of the repair and whatever the runtime keeps for the site."""
+    import gc
+    import tracemalloc
+
+    daifu.set_policy(lambda crash: daifu.Retry())
+    model, optimizer, data = train100.build()
+    fns = [daifu.transform(fresh(train100.train)) for _ in range(functions)]
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for fn in fns:
+        fn(model, optimizer, data, 1, FaultAt(3))
+    gc.collect()
+    kept = (tracemalloc.get_traced_memory()[0] - before) / functions
+    tracemalloc.stop()
+    daifu.set_policy(None)
+    print(f"memory kept per first crash (Retry, 100-line function): {kept / 1024:.1f} KiB; "
+          f"vaccinating that function: {vaccination_time(train100.train, 11):.1f} ms CPU")
 
 
 def checkpoint_retry(crash_step: int, every: int, runs: int) -> list[float]:
@@ -299,6 +332,7 @@ def main() -> None:
     print("\nrestore time, exception to resume (ms), 100-line training function:")
     for name, values in restore.items():
         print(f"  {name:<16} median {statistics.median(values):7.3f}   min {min(values):7.3f}   max {max(values):7.3f}")
+    first_crash_memory()
     long_function(5 if options.quick else 15)
     baseline = checkpoint_retry(crash_step, every, 2 if options.quick else 5)
     base = statistics.median(baseline)
