@@ -156,11 +156,23 @@ _CRASH_PATH = (
 nothing); the first vaccination loads it, so that the first crash does not pay for it in its restore
 time. Trials (`daifu.core.trial`, multiprocessing) and the bot client still load only when used."""
 
+_MODE_PATH = {"replay": ("daifu.decide.replay",)}
+"""What the repairs of a mode go through besides, loaded with `_CRASH_PATH` when that mode is set."""
+
+_warmed: list[str] = []
+
 
 def _load_crash_path() -> None:
-    for name in _CRASH_PATH:
+    mode = config.settings().mode
+    if mode in _warmed:
+        return
+    for name in _CRASH_PATH + _MODE_PATH.get(mode, ()):
         if name not in sys.modules:
             importlib.import_module(name)
+    from daifu.report import redact
+
+    redact.secret_environment()  # compiles the pattern of secret names every record line is redacted with
+    _warmed.append(mode)
 
 
 def _seed_vaccine(function: FunctionType, source: str, first_lineno: int) -> Vaccine:
