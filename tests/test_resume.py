@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 import traceback
 
 import pytest
@@ -557,3 +558,54 @@ def test_resuming_inside_a_running_finally_finishes_it_then_returns(decide):
 
     assert f() == 1.0
     assert len(seen) == 1 and seen[0].statement == "value = value / zero[0]"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Python 3.10 code keeps no columns: a line's first statement")
+def test_statements_sharing_a_line_are_told_apart_by_column(decide):
+    seen = decide(daifu.Skip(), daifu.Retry())
+    calls = []
+
+    def boom(tag):
+        calls.append(tag)
+        if calls.count(tag) == 1 and tag in ("b", "body"):
+            raise ValueError(tag)
+        return tag
+
+    @daifu.transform
+    def f(items):
+        a = boom("a"); b = boom("b"); c = boom("c")  # noqa: E702
+        for item in items: boom("body")  # noqa: E701
+        return a, c, "b" in locals()
+
+    assert f([1]) == ("a", "c", False)  # `b = ...` skipped, not `a = ...` or `c = ...`
+    assert [crash.kind for crash in seen] == ["statement", "statement"]  # the loop's body, not its header
+    assert calls == ["a", "b", "c", "body", "body"]
+
+
+def test_a_first_crash_at_any_site_compiles_nothing(decide, monkeypatch):
+    """The continuation that resumes anywhere is compiled with the function; crashes at new sites,
+    of every kind of resume point, reuse it."""
+    from daifu.core import resume
+
+    compiled = []
+    real = resume.compile_definition
+    monkeypatch.setattr(resume, "compile_definition", lambda *a, **k: compiled.append(a[0].name) or real(*a, **k))
+    flaky = Flaky({1, 3, 5, 7})
+    seen = decide(daifu.Retry(), daifu.Skip(), daifu.Retry(), daifu.Skip())
+
+    @daifu.transform
+    def f():
+        out = []
+        for i in range(3):
+            if flaky(True):
+                out.append(i)
+            try:
+                out.append(flaky(10 * i))
+            finally:
+                out.append("f")
+        return out
+
+    assert compiled == []  # vaccination compiled through version.py, not a continuation per site
+    assert f() == [0, "f", 1, 10, "f", 20, "f"]  # header retried; append skipped; call retried; `if` skipped
+    assert [crash.kind for crash in seen] == ["if", "statement", "statement", "if"]
+    assert compiled == []
