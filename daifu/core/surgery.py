@@ -146,14 +146,20 @@ def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
     """Names `node` reads that it never binds and that are neither in `names` nor builtins.
 
     Judged on the new code alone: a local the new function no longer assigns is unknown even if
-    the crashed frame still holds a stale value of that name.
+    the crashed frame still holds a stale value of that name. The walk reads each node's fields
+    itself and does not enter a name's context: `ast.walk` took twice as long.
     """
     bound: set[str] = set()
     loaded: set[str] = set()
-    for n in ast.walk(node):
+    todo: list[Any] = [node]
+    while todo:
+        n = todo.pop()
         if isinstance(n, ast.Name):
             (loaded if isinstance(n.ctx, ast.Load) else bound).add(n.id)
-        elif isinstance(n, ast.arg):
+            continue
+        if not isinstance(n, ast.AST):
+            continue  # the strings of `global` and `nonlocal` statements, the `None`s of a dict's `**` entries
+        if isinstance(n, ast.arg):
             bound.add(n.arg)
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(n.name)
@@ -167,6 +173,12 @@ def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
             bound.add(n.name)
         elif isinstance(n, ast.MatchMapping) and n.rest:
             bound.add(n.rest)
+        for name in n._fields:
+            value = getattr(n, name, None)
+            if isinstance(value, list):
+                todo += value
+            elif isinstance(value, ast.AST):
+                todo.append(value)
     return loaded - bound - set(names) - set(dir(builtins)) - {"__class__"}
 
 
