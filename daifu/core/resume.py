@@ -455,7 +455,11 @@ class Vaccine:
 
     def _plan(self, source: str, site: Site, number: int | None = None) -> SurgeryPlan:
         """Build and validate a new version (numbered `number`, by default the next) without
-        installing it; `RepairRefused` says why."""
+        installing it; `RepairRefused` says why.
+
+        Whether the run can resume at the planned path is left to whoever builds the continuation
+        there (`_prepare` builds it anyway; `check` builds one for that alone): building it here too
+        cost every surgery a second build."""
         from daifu.core.surgery import SurgeryRefused, plan_surgery
 
         number = len(self.versions) if number is None else number
@@ -470,8 +474,7 @@ class Vaccine:
         try:
             known = set(self.function.__globals__) | set(self.free_names)
             plan = plan_surgery(site.version, new, site.path, known)
-            new.rewriter.continuation(new.fdef, plan.path, Mode.AT)
-        except (SurgeryRefused, CannotResume) as refusal:
+        except SurgeryRefused as refusal:
             raise RepairRefused(str(refusal)) from None
         register_source(filename, new.first_lineno, new.source)
         return plan
@@ -489,6 +492,7 @@ class Vaccine:
                 if isinstance(step, Surgery):
                     plan = self._plan(step.source, here, len(self.versions) + planned)
                     here, planned = Site(plan.version, plan.path, site.header), planned + 1
+                    here.version.rewriter.continuation(here.version.fdef, here.path, Mode.AT)
                 elif isinstance(step, Action):
                     compile(step.code, "<daifu action>", "exec", dont_inherit=True)
                 elif isinstance(step, SkipIteration):

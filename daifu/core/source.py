@@ -6,6 +6,8 @@ import ast
 import inspect
 from types import FunctionType
 
+from daifu.core.blocks import child_blocks
+
 
 class SourceUnavailable(Exception):
     """The function's source cannot be read (defined through `exec`, shipped without source)."""
@@ -57,27 +59,22 @@ def normalize(fdef: ast.FunctionDef) -> ast.FunctionDef:
     context manager its own place to resume in. The decorators stay in the tree: compiled inside
     a factory that never runs, they are never applied again, and they make the code start on the
     first decorator's line, as the original's did (`inspect.getsource` reads from there).
+    Only statements are walked (a `with` is never inside an expression), and nested scopes are
+    left alone: walking every node cost a surgery 0.9 ms.
     """
-    splitter = _SplitWith()
-    fdef.body = [splitter.visit(statement) for statement in fdef.body]
+    _split_withs(fdef.body)
     return fdef
 
 
-class _SplitWith(ast.NodeTransformer):
-    """Splits multi-item `with` statements, leaving nested scopes alone."""
-
-    def _leave(self, node: ast.AST) -> ast.AST:
-        return node
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _leave
-
-    def visit_With(self, node: ast.With) -> ast.AST:
-        self.generic_visit(node)
-        inner: list[ast.stmt] = node.body
-        for item in reversed(node.items[1:]):
-            nested = ast.copy_location(ast.With(items=[item], body=inner), item.context_expr)
-            nested.end_lineno, nested.end_col_offset = node.end_lineno, node.end_col_offset
-            inner = [nested]
-        node.items = node.items[:1]
-        node.body = inner
-        return node
+def _split_withs(block: list[ast.stmt]) -> None:
+    for statement in block:
+        for _field, child in child_blocks(statement):
+            _split_withs(child)
+        if isinstance(statement, ast.With) and len(statement.items) > 1:
+            inner: list[ast.stmt] = statement.body
+            for item in reversed(statement.items[1:]):
+                nested = ast.copy_location(ast.With(items=[item], body=inner), item.context_expr)
+                nested.end_lineno, nested.end_col_offset = statement.end_lineno, statement.end_col_offset
+                inner = [nested]
+            statement.items = statement.items[:1]
+            statement.body = inner

@@ -23,7 +23,8 @@ import builtins
 import copy
 import difflib
 import functools
-from collections.abc import Collection
+import re
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,14 +146,20 @@ def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
     """Names `node` reads that it never binds and that are neither in `names` nor builtins.
 
     Judged on the new code alone: a local the new function no longer assigns is unknown even if
-    the crashed frame still holds a stale value of that name.
+    the crashed frame still holds a stale value of that name. The walk reads each node's fields
+    itself and does not enter a name's context: `ast.walk` took twice as long.
     """
     bound: set[str] = set()
     loaded: set[str] = set()
-    for n in ast.walk(node):
+    todo: list[Any] = [node]
+    while todo:
+        n = todo.pop()
         if isinstance(n, ast.Name):
             (loaded if isinstance(n.ctx, ast.Load) else bound).add(n.id)
-        elif isinstance(n, ast.arg):
+            continue
+        if not isinstance(n, ast.AST):
+            continue  # the strings of `global` and `nonlocal` statements, the `None`s of a dict's `**` entries
+        if isinstance(n, ast.arg):
             bound.add(n.arg)
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(n.name)
@@ -166,13 +173,29 @@ def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
             bound.add(n.name)
         elif isinstance(n, ast.MatchMapping) and n.rest:
             bound.add(n.rest)
+        for name in n._fields:
+            value = getattr(n, name, None)
+            if isinstance(value, list):
+                todo += value
+            elif isinstance(value, ast.AST):
+                todo.append(value)
     return loaded - bound - set(names) - set(dir(builtins)) - {"__class__"}
 
 
 # -- where the run resumes ---------------------------------------------------------------------
 
 
-def _header_key(node: ast.stmt) -> str:
+def _shape(node: Any) -> Hashable:
+    """A tree's structure as `ast.dump` shows it (node types, fields, values by `repr`, no
+    positions), as nested tuples: equal exactly when the dumps are, in half the time."""
+    if isinstance(node, list):
+        return tuple([_shape(item) for item in node])
+    if isinstance(node, ast.AST):
+        return (type(node), *[_shape(getattr(node, name, None)) for name in node._fields])
+    return repr(node)
+
+
+def _header_shape(node: ast.stmt) -> Hashable:
     """A statement's kind and header, without the statements of its blocks."""
     shallow = copy.copy(node)
     for name, _block in child_blocks(node):
@@ -185,20 +208,66 @@ def _header_key(node: ast.stmt) -> str:
     if isinstance(node, TRY):
         handlers = [ast.ExceptHandler(type=h.type, name=h.name, body=[]) for h in node.handlers]
         setattr(shallow, "handlers", handlers)  # noqa: B010
-    return ast.dump(shallow)
+    return _shape(shallow)
+
+
+_NEWLINE = re.compile("\r\n|\r|\n")
+"""What the parser takes for the end of a line (`str.splitlines` also splits at form feeds)."""
+
+
+class _Keys:
+    """Keys of the statements of two versions: small ints, equal exactly when the statements'
+    `shape`s are.
+
+    A statement's source text determines its tree, and most statements of an old and a new version
+    have the same text: each distinct text is shaped once. A version parsed from dedented text
+    (`parse_function`'s fallback) has columns that are not its source's; its statements are each
+    shaped.
+    """
+
+    def __init__(self, shape: Callable[[ast.stmt], Hashable]) -> None:
+        self.shape = shape
+        self.by_text: dict[bytes, int] = {}
+        self.by_shape: dict[Hashable, int] = {}
+
+    def of(self, version: Version) -> Callable[[ast.stmt], int]:
+        """The key function of `version`'s statements (each statement keyed once)."""
+        lines = _NEWLINE.split(version.source)
+        fdef, first = version.fdef, version.first_lineno
+        def_line = lines[fdef.lineno - first]
+        own_columns = len(def_line) - len(def_line.lstrip()) == fdef.col_offset
+
+        @functools.cache
+        def key(node: ast.stmt) -> int:
+            spanned = lines[node.lineno - first : (node.end_lineno or node.lineno) - first + 1]
+            text = _segment(spanned, node) if own_columns else None
+            found = self.by_text.get(text) if text is not None else None
+            if found is None:
+                found = self.by_shape.setdefault(self.shape(node), len(self.by_shape))
+                if text is not None:
+                    self.by_text[text] = found
+            return found
+
+        return key
+
+
+def _segment(lines: list[str], node: ast.stmt) -> bytes:
+    """The source of `node`, which spans `lines` (its columns count UTF-8 bytes)."""
+    text = "\n".join(lines).encode()
+    return text[node.col_offset : len(text) - len(lines[-1].encode()) + (node.end_col_offset or 0)]
 
 
 def _is_try(node: ast.stmt) -> bool:
     return type(node).__name__ in ("Try", "TryStar")
 
 
-def _contains(block: list[ast.stmt], wanted: set[str], key: Any) -> bool:
+def _contains(block: list[ast.stmt], wanted: set[int], key: Callable[[ast.stmt], int]) -> bool:
     """Whether `block`, or the body of a `try` in it (at any depth of `try`s), holds a statement
     whose key is in `wanted`."""
     return any(key(s) in wanted or (_is_try(s) and _contains(s.body, wanted, key)) for s in block)  # type: ignore[attr-defined]
 
 
-def _map_index(old_keys: list[str], new_keys: list[str], index: int) -> int | None:
+def _map_index(old_keys: list[int], new_keys: list[int], index: int) -> int | None:
     matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if i1 <= index < i2 and (tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1)):
@@ -206,14 +275,16 @@ def _map_index(old_keys: list[str], new_keys: list[str], index: int) -> int | No
     return None
 
 
-def _unwrap(old_block: list[ast.stmt], new_block: list[ast.stmt], wanted: set[str], key: Any) -> tuple[list[Any], list[ast.stmt]]:
+def _unwrap(
+    old_keys: set[int], new_block: list[ast.stmt], wanted: set[int], key: Callable[[ast.stmt], int]
+) -> tuple[list[Any], list[ast.stmt]]:
     """Descend into new `try` statements that wrap the statements `wanted` (by `key`).
 
     Returns the path steps into the wrappers and the innermost wrapped block (`new_block` itself
-    when nothing wraps them). A wrapper is a `try` that the old block did not have.
+    when nothing wraps them). A wrapper is a `try` whose key is not among `old_keys`, those of
+    the old block.
     """
     steps: list[Any] = []
-    old_keys = {key(s) for s in old_block}
     while not any(key(s) in wanted for s in new_block):
         wrappers = [
             j for j, s in enumerate(new_block)
@@ -233,7 +304,8 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
     statement, to be run from its start), and the enclosing `try ... finally` statements' numbers
     (old to new).
     """
-    header, dump = functools.cache(_header_key), functools.cache(ast.dump)  # each statement keyed once
+    headers, statements = _Keys(_header_shape), _Keys(_shape)
+    old_header, new_header = headers.of(old), headers.of(new)
     old_block: list[ast.stmt] = old.fdef.body
     new_block: list[ast.stmt] = new.fdef.body
     new_path: list[Any] = []
@@ -241,11 +313,12 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
     for level in range(0, len(path) - 1, 2):
         index, field_name = path[level], path[level + 1]
         old_node = old_block[index]
-        steps, new_block = _unwrap(old_block, new_block, {header(old_node)}, header)
+        old_keys = [old_header(s) for s in old_block]
+        steps, new_block = _unwrap(set(old_keys), new_block, {old_keys[index]}, new_header)
         new_path += steps
-        mapped = _map_index([header(s) for s in old_block], [header(s) for s in new_block], index)
+        mapped = _map_index(old_keys, [new_header(s) for s in new_block], index)
         new_node = new_block[mapped] if mapped is not None else None
-        if new_node is None or header(new_node) != header(old_node):
+        if new_node is None or new_header(new_node) != old_keys[index]:
             raise SurgeryRefused(_changed_enclosing(old_node, new_block))
         if getattr(old_node, "finalbody", None) and getattr(new_node, "finalbody", None):
             finals[final_number(old_node)] = final_number(new_node)
@@ -255,11 +328,11 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
             raise SurgeryRefused(f"the new source removes the block of line {old_node.lineno} that is running") from None
         new_path += [mapped, field_name]
     index = path[-1]
-    steps, new_block = _unwrap(old_block, new_block, {dump(s) for s in old_block}, dump)
+    old_statement, new_statement = statements.of(old), statements.of(new)
+    old_keys = [old_statement(s) for s in old_block]
+    steps, new_block = _unwrap(set(old_keys), new_block, set(old_keys), new_statement)
     new_path += steps
-    old_dumps = [dump(s) for s in old_block]
-    new_dumps = [dump(s) for s in new_block]
-    matcher = difflib.SequenceMatcher(None, old_dumps, new_dumps, autojunk=False)
+    matcher = difflib.SequenceMatcher(None, old_keys, [new_statement(s) for s in new_block], autojunk=False)
     for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
         if tag != "equal" and i1 <= index:
             return tuple(new_path + [j1]), False, finals
