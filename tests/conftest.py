@@ -1,4 +1,4 @@
-"""Every test runs in its own working directory with DaiFu's settings reset around it."""
+"""Every test runs in its own working directory with DaiFu's settings reset around it; the slow ones first."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ import pytest
 import daifu
 from daifu import config
 from daifu.state import RUN
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked `slow` first, the others in their order: the parallel workers (pyproject's `addopts`)
+    start with the longest files and end together instead of one waiting on a slow file started last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

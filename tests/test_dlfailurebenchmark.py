@@ -3,7 +3,7 @@
 Each case's programs run in their own processes, as in a full run: the buggy program crashes as
 expected, the recorded repair is replayed and recovers it, the rules bot is asked in automatic
 mode, the checkpoint-retry baseline is timed, and the table and results are written, then drawn.
-The two cases run as two benchmark runs side by side (their timings are not what is checked).
+Both cases run in one benchmark run, as a person would start it (their timings are not what is checked).
 The full `--quick` subset (five cases, with the overhead measure) is the benchmark's own, run by hand.
 """
 
@@ -31,27 +31,23 @@ CASES = {"api01_cnn_eval_slice_float": "Surgery", "nd01_cnn_flaky_checkpoint_wri
 @pytest.mark.slow
 def test_smoke_runs_crash_as_expected_recover_in_replay_and_are_drawn(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAIFU_")}
-    runs = {
-        case: subprocess.Popen(
-            [sys.executable, "-m", "DLFailureBenchmark", "--smoke", "--case", case, "--out", str(tmp_path / case)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        for case in CASES
-    }
-    for case, run in runs.items():
-        out, err = run.communicate(timeout=600)
-        assert run.returncode == 0, out[-3000:] + err[-3000:]
-        results = json.loads((tmp_path / case / "results.json").read_text(encoding="utf-8"))
-        [row] = results["cases"]
-        assert row["id"] == case and row["crashed_as_expected"], row
+    cases = [option for case in CASES for option in ("--case", case)]
+    done = subprocess.run([sys.executable, "-m", "DLFailureBenchmark", "--smoke", *cases, "--out", str(tmp_path)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert [row["id"] for row in results["cases"]] == list(CASES)
+    table = (tmp_path / "results.md").read_text(encoding="utf-8")
+    for row in results["cases"]:
+        assert row["crashed_as_expected"], row
         assert row["replay"]["recovered"] and row["replay"]["restore_ms"] > 0, row["replay"]
-        assert [r["decision"] for r in row["replay"]["repairs"]] == [CASES[case]]
+        assert [r["decision"] for r in row["replay"]["repairs"]] == [CASES[row["id"]]]
         assert row["baseline"]["median_s"] > 0 and row["overhead"]["median_percent"] is None  # not measured
-        assert case in (tmp_path / case / "results.md").read_text(encoding="utf-8")
+        assert row["id"] in table
     if importlib.util.find_spec("matplotlib") is None:
         return
     figure = tmp_path / "figure.png"
-    command = ["-m", "DLFailureBenchmark.report", "--results", str(tmp_path / case / "results.json")]
+    command = ["-m", "DLFailureBenchmark.report", "--results", str(tmp_path / "results.json")]
     drawn = subprocess.run([sys.executable, *command, "--plot", str(figure)], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert drawn.returncode == 0 and f"figure written: {figure}" in drawn.stdout, drawn.stderr

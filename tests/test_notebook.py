@@ -17,6 +17,8 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
+from jupyter_client.manager import KernelManager  # noqa: E402 - nbclient's own dependency, there when it is
+
 pytestmark = pytest.mark.slow
 
 DEFINE = """\
@@ -56,10 +58,13 @@ def run_notebook(tmp_path: Path, *sources: str) -> list[Any]:
     """Execute one notebook of `sources` in a fresh kernel; the executed cells."""
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    # The kernel's channels are Unix sockets in `tmp_path`: no TCP ports picked, freed, then raced for
+    # by the tests running beside this one.
+    kernel = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))
     client = nbclient.NotebookClient(
         notebook,
+        km=kernel,
         timeout=120,
-        kernel_name="python3",
         allow_errors=True,
         resources={"metadata": {"path": str(tmp_path)}},
     )

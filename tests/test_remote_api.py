@@ -370,6 +370,7 @@ needs_trials = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no t
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 @pytest.mark.parametrize("fallback", ["raise", "auto"])
 def test_past_the_deadline_the_process_falls_back(url: str, tmp_path: Path, fallback: str) -> None:
     with job(url, tmp_path, DAIFU_REMOTE_DEADLINE="3", DAIFU_REMOTE_FALLBACK=fallback) as running:
@@ -389,6 +390,7 @@ def test_past_the_deadline_the_process_falls_back(url: str, tmp_path: Path, fall
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_ctrl_c_ends_the_wait_and_propagates(url: str, tmp_path: Path) -> None:
     with job(url, tmp_path) as running:
         repair = running.pending()
@@ -404,6 +406,7 @@ def test_ctrl_c_ends_the_wait_and_propagates(url: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_a_decision_through_the_api_repairs_the_waiting_run(url: str, tmp_path: Path) -> None:
     with job(url, tmp_path) as running:
         repair = running.pending()

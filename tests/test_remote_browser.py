@@ -21,7 +21,7 @@ for _package in BOT:
 
 from tests.remotefixtures import FAULTY_LINE, browser, fixed_result, job, login, service, until
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

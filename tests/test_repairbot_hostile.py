@@ -334,9 +334,9 @@ def test_serving_beyond_loopback_without_a_token_is_refused() -> None:
     assert "Refusing to listen on 0.0.0.0 without a token" in done.stderr and "--allow-remote" in done.stderr
 
 
-def test_serving_beyond_loopback_with_allow_remote_warns(unused_port: int) -> None:
+def test_serving_beyond_loopback_with_allow_remote_warns() -> None:
     env = {k: v for k, v in __import__("os").environ.items() if k != "DAIFU_REPAIRBOT_TOKEN"}
-    command = [sys.executable, "-m", "daifu", "serve", "--host", "0.0.0.0", "--port", str(unused_port)]
+    command = [sys.executable, "-m", "daifu", "serve", "--host", "0.0.0.0", "--port", "0"]  # a free port, named below
     server = subprocess.Popen(command + ["--allow-remote"], stderr=subprocess.PIPE, text=True, env=env)
     try:
         seen = ""
@@ -344,19 +344,12 @@ def test_serving_beyond_loopback_with_allow_remote_warns(unused_port: int) -> No
         while "Uvicorn running" not in seen and time.monotonic() < deadline and server.poll() is None:
             seen += server.stderr.readline() if server.stderr else ""
         assert "without a token (--allow-remote)" in seen and "Uvicorn running" in seen, seen
-        assert httpx.get(f"http://127.0.0.1:{unused_port}/healthz", timeout=10).status_code == 200
+        port = re.search(r"Uvicorn running on http://0\.0\.0\.0:(\d+)", seen)
+        assert port, seen
+        assert httpx.get(f"http://127.0.0.1:{port.group(1)}/healthz", timeout=10).status_code == 200
     finally:
         server.terminate()
         server.wait(30)
-
-
-@pytest.fixture
-def unused_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize(

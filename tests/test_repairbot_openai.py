@@ -211,7 +211,7 @@ def test_a_trickling_model_gets_the_rules_answer_within_the_requests_deadline(tr
     assert reply.status_code == 200 and body["backend_used"] == "rules"
     assert "no reply within the crash's deadline of 2 s" in body["fallback_reason"]
     assert body["suggestions"][0]["origin"] == "rules"
-    assert took < 4.0, took  # the deadline plus the start and stop of a server; the trickle alone takes minutes
+    assert took < 10.0, took  # the deadline, a server started and stopped (on a busy machine); the trickle: minutes
     assert len(llm.requests) == 1  # no retry once the deadline is spent
 
 
@@ -219,7 +219,7 @@ def test_the_servers_deadline_bounds_a_silent_model(train: Case) -> None:
     with FakeLLM([Reply(content=good(train), delay=30)]) as llm:
         started = time.monotonic()
         reply = post(OpenAIBackend(base_url=llm.url, model="test-model"), train.report, deadline=1.5).json()
-        assert time.monotonic() - started < 4.0
+        assert time.monotonic() - started < 10.0  # the deadline, not the model's 30 s
         assert "deadline of 1.5 s" in reply["fallback_reason"]
         time.sleep(0.3)
         assert llm.disconnects == 1  # the call was cancelled and its connection closed

@@ -392,26 +392,32 @@ def test_no_warning_is_emitted_when_nothing_crashes() -> None:
 
 
 def test_the_recorded_restore_time_is_the_time_from_the_raise_to_the_resumed_statement(decide) -> None:
-    """`duration_ms` against an outside clock: the program's own timestamps around the repair."""
+    """`duration_ms` against an outside clock: the program's own timestamps around the repair.
+
+    Never more than the outside time; at least half of it in one of five repairs (a busy machine may
+    pause the program between the raise and the crash handler, or after the record line, in any one)."""
     import time
 
     from daifu.state import RUN
 
-    stamps: dict[str, float] = {}
+    def repaired() -> tuple[float, float]:
+        """(the recorded restore time, the program's own) of one repair, in ms."""
+        stamps: dict[str, float] = {}
 
-    def fail_once() -> None:
-        if "raised" not in stamps:
-            stamps["raised"] = time.perf_counter()
-            raise RuntimeError("once")
+        def fail_once() -> None:
+            if "raised" not in stamps:
+                stamps["raised"] = time.perf_counter()
+                raise RuntimeError("once")
 
-    decide(daifu.Retry())
+        @daifu.transform
+        def f():
+            fail_once()
+            stamps["resumed"] = time.perf_counter()
 
-    @daifu.transform
-    def f():
-        fail_once()
-        stamps["resumed"] = time.perf_counter()
+        f()
+        return RUN.history[-1]["duration_ms"], (stamps["resumed"] - stamps["raised"]) * 1000
 
-    f()
-    outside_ms = (stamps["resumed"] - stamps["raised"]) * 1000
-    recorded_ms = RUN.history[-1]["duration_ms"]
-    assert 0 < recorded_ms <= outside_ms and recorded_ms >= 0.5 * outside_ms, (recorded_ms, outside_ms)
+    decide(*[daifu.Retry()] * 5)
+    measured = [repaired() for _ in range(5)]
+    assert all(0 < recorded_ms <= outside_ms for recorded_ms, outside_ms in measured), measured
+    assert any(recorded_ms >= 0.5 * outside_ms for recorded_ms, outside_ms in measured), measured

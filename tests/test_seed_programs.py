@@ -44,7 +44,7 @@ import pytest
 
 from tests.seed_record import parse, prototype_view, restore_seconds
 
-pytestmark = [pytest.mark.torch]
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # the flows, run once for the file, take seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS_DIR = Path(__file__).parent / "seed_programs"
