@@ -48,6 +48,7 @@ def serve(
     says what to set) or the deadline is not a positive number of seconds.
     """
     token = token or os.environ.get("DAIFU_REPAIRBOT_TOKEN") or None
+    shown = port or "<the port uvicorn names below>"  # port 0: the system picks one
     if token is None and not is_loopback(host):
         if not allow_remote:
             raise ExposedWithoutToken(
@@ -57,7 +58,7 @@ def serve(
         logger.warning(
             "Listening on {} without a token (--allow-remote): anyone who can reach port {} can use the repair bot.",
             host,
-            port,
+            shown,
         )
     chosen = make_backend(backend)
     info = chosen.info()
@@ -69,7 +70,7 @@ def serve(
     ui_token = None if token else secrets.token_urlsafe(16)  # a person must prove something to decide a repair
     logger.info(
         "Repairs waiting for a decision (approve='remote'): http://{}:{}/ui — log in with {}",
-        host, port, "the service token (DAIFU_REPAIRBOT_TOKEN)" if token else f"this run's token {ui_token}",
+        host, shown, "the service token (DAIFU_REPAIRBOT_TOKEN)" if token else f"this run's token {ui_token}",
     )
     uvicorn.run(create_app(chosen, token=token, deadline=seconds, ui_token=ui_token), host=host, port=port,
                 log_level="info")
