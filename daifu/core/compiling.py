@@ -60,6 +60,17 @@ def place(nodes: list[Any], where: ast.AST) -> list[Any]:
     return nodes
 
 
+def located(where: ast.AST) -> dict[str, Any]:
+    """The place of `where` as keyword arguments of a node's constructor: a node created with them
+    is placed already, and `place` does not walk it."""
+    return {
+        "lineno": where.lineno,  # type: ignore[attr-defined]
+        "col_offset": where.col_offset,  # type: ignore[attr-defined]
+        "end_lineno": where.end_lineno,  # type: ignore[attr-defined]
+        "end_col_offset": where.end_col_offset,  # type: ignore[attr-defined]
+    }
+
+
 TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
 """The field Python 3.12 added to function and class definitions (PEP 695), empty."""
 
