@@ -201,10 +201,10 @@ def _bound_by(n: ast.AST) -> list[str]:
 def _shape(node: Any) -> Hashable:
     """A tree's structure as `ast.dump` shows it (node types, fields, values by `repr`, no
     positions), as nested tuples: equal exactly when the dumps are, in half the time."""
-    if isinstance(node, list):
-        return tuple([_shape(item) for item in node])
     if isinstance(node, ast.AST):
         return (type(node), *[_shape(getattr(node, name, None)) for name in node._fields])
+    if isinstance(node, list):
+        return tuple([_shape(item) for item in node])
     return repr(node)
 
 
