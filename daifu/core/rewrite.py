@@ -42,7 +42,7 @@ from typing import TypeVar
 from collections.abc import Callable
 
 from daifu.core.blocks import COMPOUND, TRY, Path, block_of, child_blocks, path_of
-from daifu.core.compiling import RUNTIME, no_arguments
+from daifu.core.compiling import RUNTIME, located, no_arguments
 from daifu.core.compiling import place as _at
 
 
@@ -532,10 +532,13 @@ class Rewriter:
             prologue: list[ast.stmt] = list(self.scope.declared)
             if self.scope.own_cells:
                 prologue.append(ast.Nonlocal(names=list(self.scope.own_cells)))
+            at = located(fdef)  # one `if` per local: created in place, not walked by `_at` (half the build)
+            namespace = ast.Name(id="@ns", ctx=ast.Load(), **at)  # shared: compiling never changes a tree
             for name in self.scope.plain_locals:
-                present = ast.Compare(left=ast.Constant(name), ops=[ast.In()], comparators=[_name("@ns")])
-                load = ast.Subscript(value=_name("@ns"), slice=ast.Constant(name), ctx=ast.Load())
-                prologue.append(ast.If(test=present, body=[_assign(name, load)], orelse=[]))
+                present = ast.Compare(left=ast.Constant(name, **at), ops=[ast.In()], comparators=[namespace], **at)
+                load = ast.Subscript(value=namespace, slice=ast.Constant(name, **at), ctx=ast.Load(), **at)
+                assign = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store(), **at)], value=load, **at)
+                prologue.append(ast.If(test=present, body=[assign], orelse=[], **at))
             clear = ast.Attribute(value=_name("@ns"), attr="clear", ctx=ast.Load())
             prologue.append(ast.Expr(ast.Call(func=clear, args=[], keywords=[])))
             self._prologue = _at(prologue, fdef)

@@ -147,7 +147,8 @@ def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
 
     Judged on the new code alone: a local the new function no longer assigns is unknown even if
     the crashed frame still holds a stale value of that name. The walk reads each node's fields
-    itself and does not enter a name's context: `ast.walk` took twice as long.
+    itself, does not enter a name's context and asks `_bound_by` only about nodes that bind names:
+    `ast.walk` and a test of every node took 2.4 times as long.
     """
     bound: set[str] = set()
     loaded: set[str] = set()
@@ -159,20 +160,8 @@ def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
             continue
         if not isinstance(n, ast.AST):
             continue  # the strings of `global` and `nonlocal` statements, the `None`s of a dict's `**` entries
-        if isinstance(n, ast.arg):
-            bound.add(n.arg)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(n.name)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            bound.update((a.asname or a.name).split(".")[0] for a in n.names)
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            bound.add(n.name)
-        elif isinstance(n, (ast.Global, ast.Nonlocal)):
-            bound.update(n.names)
-        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
-            bound.add(n.name)
-        elif isinstance(n, ast.MatchMapping) and n.rest:
-            bound.add(n.rest)
+        if isinstance(n, _BINDERS):
+            bound.update(_bound_by(n))
         for name in n._fields:
             value = getattr(n, name, None)
             if isinstance(value, list):
@@ -182,16 +171,40 @@ def unknown_names(node: ast.AST, names: Collection[str]) -> set[str]:
     return loaded - bound - set(names) - set(dir(builtins)) - {"__class__"}
 
 
+_BINDERS = (
+    ast.arg, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom, ast.ExceptHandler,
+    ast.Global, ast.Nonlocal, ast.MatchAs, ast.MatchStar, ast.MatchMapping,
+)
+"""The nodes other than `Name` that bind names (`_bound_by`)."""
+
+
+def _bound_by(n: ast.AST) -> list[str]:
+    """The names one of the `_BINDERS` binds."""
+    if isinstance(n, ast.arg):
+        return [n.arg]
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [n.name]
+    if isinstance(n, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in n.names]
+    if isinstance(n, (ast.Global, ast.Nonlocal)):
+        return n.names
+    if isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+        return [n.name] if n.name else []
+    if isinstance(n, ast.MatchMapping):
+        return [n.rest] if n.rest else []
+    return []
+
+
 # -- where the run resumes ---------------------------------------------------------------------
 
 
 def _shape(node: Any) -> Hashable:
     """A tree's structure as `ast.dump` shows it (node types, fields, values by `repr`, no
     positions), as nested tuples: equal exactly when the dumps are, in half the time."""
-    if isinstance(node, list):
-        return tuple([_shape(item) for item in node])
     if isinstance(node, ast.AST):
         return (type(node), *[_shape(getattr(node, name, None)) for name in node._fields])
+    if isinstance(node, list):
+        return tuple([_shape(item) for item in node])
     return repr(node)
 
 
