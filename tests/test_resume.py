@@ -609,3 +609,23 @@ def test_a_first_crash_at_any_site_compiles_nothing(decide, monkeypatch):
     assert f() == [0, "f", 1, 10, "f", 20, "f"]  # header retried; append skipped; call retried; `if` skipped
     assert [crash.kind for crash in seen] == ["if", "statement", "statement", "if"]
     assert compiled == []
+
+
+def test_a_function_whose_resume_anywhere_code_cannot_compile_resumes_per_site(decide, monkeypatch):
+    """Fault injection: the compiler refuses the resume-anywhere continuation (as CPython refuses code
+    nested beyond its static limits); the function is still vaccinated and a crash still resumes."""
+    from daifu.core import rewrite
+
+    def refuse(self, fdef):
+        raise SyntaxError("too many statically nested blocks")
+
+    monkeypatch.setattr(rewrite.Rewriter, "anywhere", refuse)
+    flaky = Flaky({2})
+    decide(daifu.Retry())
+
+    @daifu.transform
+    def f():
+        return [flaky(i) for i in range(3)] + [flaky("x")]
+
+    assert f.__daifu__.current.anywhere is None
+    assert f() == [0, 1, 2, "x"]

@@ -170,7 +170,10 @@ class Vaccine:
         self.versions: list[Version] = []
         with _collection_paused():  # thousands of new AST nodes would trigger full collections
             first = self._build(source, first_lineno)
-            first.compile_anywhere(self.flags, self.qualname)
+            try:
+                first.compile_anywhere(self.flags, self.qualname)
+            except (SyntaxError, RecursionError):  # beyond the compiler's nesting limits: resume per site
+                first.anywhere, first.points = None, {}
         self._install(first)
 
     # -- versions ---------------------------------------------------------------------------
