@@ -629,3 +629,46 @@ def test_a_function_whose_resume_anywhere_code_cannot_compile_resumes_per_site(d
 
     assert f.__daifu__.current.anywhere is None
     assert f() == [0, 1, 2, "x"]
+
+
+def test_zero_argument_super_works_after_a_resume(decide):
+    """`super()` reads the frame's first local: a continuation takes the method's `self` first."""
+
+    class Base:
+        def step(self, x):
+            return x + 1
+
+        def scale(self):
+            return 10
+
+    flaky = Flaky({1, 3})
+    decide(daifu.Retry(), daifu.Skip())
+
+    class Trainer(Base):
+        @daifu.transform
+        def step(self, x, /, factor=1):
+            flaky()
+            total = super().step(x) * factor
+            flaky()
+            return total * super().scale()
+
+    assert Trainer().step(1, factor=2) == 40  # Retry of the first call, Skip of the second
+    assert Trainer().step(2) == 30
+
+
+def test_zero_argument_super_works_after_a_resume_when_self_is_a_closure_cell(decide):
+    class Base:
+        def step(self, x):
+            return x + 1
+
+    flaky = Flaky({1})
+    decide(daifu.Retry())
+
+    class Trainer(Base):
+        @daifu.transform
+        def step(self, x):
+            me = lambda: self  # noqa: E731 - `self` is a cell of the method
+            flaky()
+            return super().step(x) * 10 + (me() is self)
+
+    assert Trainer().step(1) == 21

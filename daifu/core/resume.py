@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 import sys
 import threading
 import time
@@ -422,7 +423,11 @@ class Vaccine:
         self._remember(version, here.path, site, namespace, crash)
         if flavour is Flavour.WATCHED:
             self.helpers.watching = crash.watch
-        function = make_function(code, self.function.__globals__, live.cells, resume_point)
+        function: Any = make_function(code, self.function.__globals__, live.cells, resume_point)
+        receiver = version.scope.receiver
+        if receiver is not None:  # zero-argument `super()` reads the continuation's first parameter
+            held = live.cells.get(receiver)
+            function = partial(function, namespace.get(receiver) if held is None else _contents(held))
         return Handover(function, namespace)
 
     def _run_action(self, code: str, version: Version, namespace: dict[str, Any], live: _Live) -> Undo:
@@ -620,6 +625,14 @@ def _collection_paused() -> Iterator[None]:
     finally:
         if collecting:
             gc.enable()
+
+
+def _contents(cell: CellType) -> Any:
+    """What `cell` holds; `None` if it is empty."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
 
 
 def _kind(node: Any) -> str:

@@ -85,6 +85,9 @@ class Scope:
     plain_locals: the other local variables, loaded into a continuation from the snapshot.
     declared: `global` / `nonlocal` statements, repeated at the top of a continuation.
     finals: how many `try ... finally` statements the function has.
+    receiver: the parameter a zero-argument `super()` in the function reads (its first positional
+        one, when it has a `__class__` cell): a continuation takes its value as its first parameter,
+        `@self`, since `super()` reads a frame's first local, whatever its name.
     """
 
     cell_names: tuple[str, ...]
@@ -92,6 +95,7 @@ class Scope:
     plain_locals: tuple[str, ...]
     declared: tuple[ast.stmt, ...]
     finals: int
+    receiver: str | None = None
 
 
 @dataclass(frozen=True)
@@ -459,7 +463,7 @@ class Rewriter:
         rest = self._rest(fdef.body, path, mode, _Depth())
         body = self._load_locals(fdef) + self._frame(rest, fdef, in_continuation=True)
         arguments = no_arguments()
-        arguments.args = [ast.copy_location(ast.arg(arg="@ns"), fdef)]
+        arguments.args = self._receiving(fdef) + [ast.copy_location(ast.arg(arg="@ns"), fdef)]
         return self._copy(fdef, args=arguments, body=body, decorator_list=[], returns=None)
 
     def anywhere(self, fdef: ast.FunctionDef) -> tuple[ast.FunctionDef, dict[tuple[Path, Mode], int]]:
@@ -482,7 +486,7 @@ class Rewriter:
         body = self._anywhere_block(fdef.body, _Depth(), points)
         prologue = self._load_locals(fdef)
         arguments = no_arguments()
-        arguments.args = [ast.copy_location(ast.arg(arg="@ns"), fdef), ast.copy_location(ast.arg(arg="@to"), fdef)]
+        arguments.args = self._receiving(fdef) + [ast.copy_location(ast.arg(arg=name), fdef) for name in ("@ns", "@to")]
         tree = self._copy(fdef, args=arguments, body=prologue + self._frame(body, fdef, in_continuation=True),
                           decorator_list=[], returns=None)
         return tree, points
@@ -523,6 +527,10 @@ class Rewriter:
             test = _to_at_most(following - 1)
             branches = _at([ast.If(test=test, body=statements or [ast.Pass()], orelse=branches)], node)
         return branches
+
+    def _receiving(self, fdef: ast.FunctionDef) -> list[ast.arg]:
+        """A continuation's first parameter, before the snapshot: the one `super()` reads, if any."""
+        return [ast.copy_location(ast.arg(arg="@self"), fdef)] if self.scope.receiver else []
 
     def _load_locals(self, fdef: ast.FunctionDef) -> list[ast.stmt]:
         """The continuation's prologue, built once per version: its own cells declared `nonlocal`

@@ -107,6 +107,15 @@ def _depths(block: list[ast.stmt], loops: int = 0, withs: int = 0) -> tuple[int,
     return deepest
 
 
+def _receiver(fdef: ast.FunctionDef, cells: set[str], seed: bool) -> str | None:
+    """The parameter zero-argument `super()` reads (the first positional one), when the function can
+    call it (it has a `__class__` cell)."""
+    positional = fdef.args.posonlyargs + fdef.args.args
+    if seed or "__class__" not in cells or not positional:
+        return None
+    return positional[0].arg
+
+
 def build_version(
     number: int,
     source: str,
@@ -152,6 +161,7 @@ def build_version(
         plain_locals=tuple(n for n in plain_code.co_varnames if n not in cells) + internal,
         declared=declared,
         finals=finals,
+        receiver=_receiver(fdef, cells, seed),
     )
     fast = Rewriter(scope).fast_path(body_definition(fdef) if seed else fdef)
     fast_code = compile_definition(fast, filename, flags, free_names, runtime)
