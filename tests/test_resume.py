@@ -672,3 +672,18 @@ def test_zero_argument_super_works_after_a_resume_when_self_is_a_closure_cell(de
             return super().step(x) * 10 + (me() is self)
 
     assert Trainer().step(1) == 21
+
+
+def test_a_form_feed_in_the_source_does_not_shift_the_statement_shown(decide):
+    seen = decide(daifu.Retry())
+    flaky = Flaky({1})
+    namespace = {"flaky": flaky, "daifu": daifu}
+    source = "def f():\n    x = 1\n    \f\n    y = flaky(x)\n    return y\n"
+    import linecache
+
+    lines = [line + "\n" for line in source.split("\n")[:-1]]  # as a file's readlines() has them
+    linecache.cache["<form feed>"] = (len(source), None, lines, "<form feed>")
+    exec(compile(source, "<form feed>", "exec"), namespace)
+    f = daifu.transform(namespace["f"])
+    assert f() == 1
+    assert seen[0].statement == "y = flaky(x)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -67,7 +68,9 @@ class Version:
 
     @cached_property
     def lines(self) -> list[str]:
-        return self.source.splitlines()
+        """The source's lines as Python numbers them: split at line ends only (`str.splitlines` also
+        splits at form feeds and other separators, which would shift every later line)."""
+        return re.split(r"\r\n|\r|\n", self.source)
 
     def line_text(self, lineno: int) -> str:
         """The text of file line `lineno`, as this version's source has it."""
