@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from daifu import config
 from daifu.core import seedscope
-from daifu.core.compiling import compile_definition, future_flags
+from daifu.core.compiling import compile_definition, future_flags, qualified
 from daifu.core.resume import RepairEntry, Vaccine
 from daifu.core.source import SourceUnavailable, function_source
 from daifu.store import record
@@ -159,7 +159,7 @@ time. Trials (`daifu.core.trial`, multiprocessing) and the bot client still load
 _MODE_PATH = {"replay": ("daifu.decide.replay",)}
 """What the repairs of a mode go through besides, loaded with `_CRASH_PATH` when that mode is set."""
 
-_warmed: list[str] = []
+_warmed: set[str] = set()
 
 
 def _load_crash_path() -> None:
@@ -172,7 +172,7 @@ def _load_crash_path() -> None:
     from daifu.report import redact
 
     redact.secret_environment()  # compiles the pattern of secret names every record line is redacted with
-    _warmed.append(mode)
+    _warmed.add(mode)
 
 
 def _seed_vaccine(function: FunctionType, source: str, first_lineno: int) -> Vaccine:
@@ -190,9 +190,7 @@ def _seed_vaccine(function: FunctionType, source: str, first_lineno: int) -> Vac
     scope.body = body
     wrapper = seedscope.wrapper_definition(vaccine.current.fdef, code.co_freevars)
     wrapper_code = compile_definition(wrapper, code.co_filename, future_flags(code), code.co_freevars, scope)
-    if sys.version_info >= (3, 11):
-        wrapper_code = wrapper_code.replace(co_qualname=function.__qualname__)
-    function.__code__ = wrapper_code
+    function.__code__ = qualified(wrapper_code, function.__qualname__)
     return vaccine
 
 

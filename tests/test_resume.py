@@ -585,11 +585,8 @@ def test_statements_sharing_a_line_are_told_apart_by_column(decide):
 def test_a_first_crash_at_any_site_compiles_nothing(decide, monkeypatch):
     """The continuation that resumes anywhere is compiled with the function; crashes at new sites,
     of every kind of resume point, reuse it."""
-    from daifu.core import resume
+    from daifu.core.version import Version
 
-    compiled = []
-    real = resume.compile_definition
-    monkeypatch.setattr(resume, "compile_definition", lambda *a, **k: compiled.append(a[0].name) or real(*a, **k))
     flaky = Flaky({1, 3, 5, 7})
     seen = decide(daifu.Retry(), daifu.Skip(), daifu.Retry(), daifu.Skip())
 
@@ -605,21 +602,34 @@ def test_a_first_crash_at_any_site_compiles_nothing(decide, monkeypatch):
                 out.append("f")
         return out
 
-    assert compiled == []  # vaccination compiled through version.py, not a continuation per site
+    assert f.__daifu__.current.anywhere is not None  # compiled with the function
+    compiled = []
+    real = Version.compile_continuation
+    monkeypatch.setattr(Version, "compile_continuation", lambda *a: compiled.append(a[1].name) or real(*a))
     assert f() == [0, "f", 1, 10, "f", 20, "f"]  # header retried; append skipped; call retried; `if` skipped
     assert [crash.kind for crash in seen] == ["if", "statement", "statement", "if"]
     assert compiled == []
 
 
 def test_a_function_whose_resume_anywhere_code_cannot_compile_resumes_per_site(decide, monkeypatch):
-    """Fault injection: the compiler refuses the resume-anywhere continuation (as CPython refuses code
-    nested beyond its static limits); the function is still vaccinated and a crash still resumes."""
+    """Fault injection: the resume-anywhere continuation is nested in 25 more loops, which CPython's
+    compiler refuses (too many statically nested blocks); the function is still vaccinated and a crash
+    still resumes."""
+    import ast
+
     from daifu.core import rewrite
 
-    def refuse(self, fdef):
-        raise SyntaxError("too many statically nested blocks")
+    real = rewrite.Rewriter.anywhere
 
-    monkeypatch.setattr(rewrite.Rewriter, "anywhere", refuse)
+    def too_deep(self, fdef):
+        tree, points = real(self, fdef)
+        for _ in range(25):
+            loop = ast.For(target=ast.Name("@x", ast.Store()), iter=ast.List([], ast.Load()), body=tree.body, orelse=[])
+            tree.body = [ast.copy_location(loop, fdef)]
+        ast.fix_missing_locations(tree)
+        return tree, points
+
+    monkeypatch.setattr(rewrite.Rewriter, "anywhere", too_deep)
     flaky = Flaky({2})
     decide(daifu.Retry())
 

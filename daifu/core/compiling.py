@@ -115,6 +115,11 @@ def compile_definition(
     return bind_constant(_find_code(code, fdef.name), RUNTIME, runtime)
 
 
+def qualified(code: CodeType, qualname: str) -> CodeType:
+    """`code` named `qualname` in tracebacks (`co_qualname`, which Python 3.10 code does not have)."""
+    return code.replace(co_qualname=qualname) if sys.version_info >= (3, 11) else code
+
+
 def bind_constant(code: CodeType, placeholder: str, value: object) -> CodeType:
     """`code` (and its nested code objects) with the constant `placeholder` replaced by `value`."""
     constants = tuple(

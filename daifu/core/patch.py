@@ -16,7 +16,7 @@ import sys
 from types import CodeType, FunctionType, MethodType
 from typing import Any
 
-from daifu.core.compiling import compile_definition, future_flags, register_source
+from daifu.core.compiling import compile_definition, future_flags, qualified, register_source
 from daifu.core.source import normalize, parse_function
 from daifu.core.surgery import SurgeryRefused, check_same_signature
 
@@ -101,6 +101,4 @@ def _compiled(function: FunctionType, source: str, filename: str) -> CodeType:
         inspect.CO_GENERATOR | inspect.CO_COROUTINE
     ):
         raise PatchRefused(f"the new source changes whether {function.__qualname__} is a generator or coroutine")
-    if sys.version_info >= (3, 11):
-        compiled = compiled.replace(co_qualname=function.__qualname__)
-    return compiled
+    return qualified(compiled, function.__qualname__)

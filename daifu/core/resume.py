@@ -32,7 +32,7 @@ from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of
-from daifu.core.compiling import compile_definition, future_flags, make_function, register_source
+from daifu.core.compiling import future_flags, make_function, qualified, register_source
 from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.helpers import Helpers
 from daifu.core.locate import column, raising_instruction
@@ -171,10 +171,7 @@ class Vaccine:
         self.versions: list[Version] = []
         with _collection_paused():  # thousands of new AST nodes would trigger full collections
             first = self._build(source, first_lineno)
-            try:
-                first.compile_anywhere(self.flags, self.qualname)
-            except (SyntaxError, RecursionError):  # beyond the compiler's nesting limits: resume per site
-                first.anywhere, first.points = None, {}
+            first.compile_anywhere(self.flags, self.qualname)
         self._install(first)
 
     # -- versions ---------------------------------------------------------------------------
@@ -191,9 +188,7 @@ class Vaccine:
 
     def _install(self, version: Version) -> None:
         """Make `version` the one that runs: the function object gets its code, in place."""
-        code = version.fast_code
-        if sys.version_info >= (3, 11):
-            code = code.replace(co_qualname=self.qualname)
+        code = qualified(version.fast_code, self.qualname)
         self.versions.append(version)
         self.units[id(version.fast_code)] = self.units[id(code)] = version
         if version.anywhere is not None:
@@ -577,11 +572,8 @@ class Vaccine:
                 Flavour.TRIAL: version.trial_rewriter,
                 Flavour.WATCHED: version.watched_rewriter,
             }[flavour]
-            tree = rewriter.continuation(version.fdef, path, mode)
-            code = compile_definition(tree, version.fast_code.co_filename, self.flags, version.scope.cell_names,
-                                      self.helpers)
-            if sys.version_info >= (3, 11):
-                code = code.replace(co_qualname=self.qualname)
+            code = version.compile_continuation(rewriter.continuation(version.fdef, path, mode), self.flags,
+                                                self.qualname)
             if flavour is not Flavour.TRIAL:  # a trial's continuation lives and dies in its copy
                 self._continuations[key] = code
             self.units[id(code)] = version

@@ -460,11 +460,7 @@ class Rewriter:
         iterators and resumed `with` blocks exiting through their saved guards.
         """
         self._flavoured = self.flavour is not Flavour.PLAIN
-        rest = self._rest(fdef.body, path, mode, _Depth())
-        body = self._load_locals(fdef) + self._frame(rest, fdef, in_continuation=True)
-        arguments = no_arguments()
-        arguments.args = self._receiving(fdef) + [ast.copy_location(ast.arg(arg="@ns"), fdef)]
-        return self._copy(fdef, args=arguments, body=body, decorator_list=[], returns=None)
+        return self._definition(fdef, self._rest(fdef.body, path, mode, _Depth()), ("@ns",))
 
     def anywhere(self, fdef: ast.FunctionDef) -> tuple[ast.FunctionDef, dict[tuple[Path, Mode], int]]:
         """One continuation that resumes at any statement, chosen when it is called: a function of
@@ -484,12 +480,7 @@ class Rewriter:
         """
         points: dict[tuple[Path, Mode], int] = {}
         body = self._anywhere_block(fdef.body, _Depth(), points)
-        prologue = self._load_locals(fdef)
-        arguments = no_arguments()
-        arguments.args = self._receiving(fdef) + [ast.copy_location(ast.arg(arg=name), fdef) for name in ("@ns", "@to")]
-        tree = self._copy(fdef, args=arguments, body=prologue + self._frame(body, fdef, in_continuation=True),
-                          decorator_list=[], returns=None)
-        return tree, points
+        return self._definition(fdef, body, ("@ns", "@to")), points
 
     def _anywhere_block(self, block: list[ast.stmt], depth: _Depth, points: dict[tuple[Path, Mode], int]
                         ) -> list[ast.stmt]:
@@ -528,9 +519,14 @@ class Rewriter:
             branches = _at([ast.If(test=test, body=statements or [ast.Pass()], orelse=branches)], node)
         return branches
 
-    def _receiving(self, fdef: ast.FunctionDef) -> list[ast.arg]:
-        """A continuation's first parameter, before the snapshot: the one `super()` reads, if any."""
-        return [ast.copy_location(ast.arg(arg="@self"), fdef)] if self.scope.receiver else []
+    def _definition(self, fdef: ast.FunctionDef, rest: list[ast.stmt], parameters: tuple[str, ...]) -> ast.FunctionDef:
+        """A continuation's `def`: `parameters`, after `@self` (the value zero-argument `super()` reads,
+        which must be the first) when the function has a receiver; the prologue loading the locals; `rest`."""
+        names = (("@self",) if self.scope.receiver else ()) + parameters
+        arguments = no_arguments()
+        arguments.args = [ast.copy_location(ast.arg(arg=name), fdef) for name in names]
+        body = self._load_locals(fdef) + self._frame(rest, fdef, in_continuation=True)
+        return self._copy(fdef, args=arguments, body=body, decorator_list=[], returns=None)
 
     def _load_locals(self, fdef: ast.FunctionDef) -> list[ast.stmt]:
         """The continuation's prologue, built once per version: its own cells declared `nonlocal`

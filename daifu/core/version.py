@@ -5,13 +5,12 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import CodeType
 
 from daifu.core.blocks import Path, annotate, child_blocks, shared_lines
-from daifu.core.compiling import compile_definition
+from daifu.core.compiling import compile_definition, qualified
 from daifu.core.rewrite import Flavour, Mode, Rewriter, Scope, number_finals
 from daifu.core.seedscope import SeedNames, body_definition, declared_body, seed_names
 from daifu.core.source import normalize, parse_function
@@ -58,13 +57,21 @@ class Version:
         """The rewriter of continuations whose next iterations are watched (`daifu.decide.watch`)."""
         return Rewriter(self.scope, Flavour.WATCHED)
 
-    def compile_anywhere(self, flags: int, qualname: str) -> None:
-        """Compile the continuation that resumes anywhere, so that no first crash compiles one."""
-        tree, points = self.rewriter.anywhere(self.fdef)
+    def compile_continuation(self, tree: ast.FunctionDef, flags: int, qualname: str) -> CodeType:
+        """A continuation's code (`Rewriter.continuation`, `Rewriter.anywhere`): sharing the function's
+        cells, reaching the runtime through `@rt`, named as the function in tracebacks."""
         code = compile_definition(tree, self.fast_code.co_filename, flags, self.scope.cell_names, self.runtime)
-        if sys.version_info >= (3, 11):
-            code = code.replace(co_qualname=qualname)
-        self.anywhere, self.points = code, points
+        return qualified(code, qualname)
+
+    def compile_anywhere(self, flags: int, qualname: str) -> None:
+        """Compile the continuation that resumes anywhere, so that no first crash compiles one. Code
+        the compiler refuses (nested beyond its limits) leaves none: crashes then resume per site."""
+        tree, points = self.rewriter.anywhere(self.fdef)
+        try:
+            self.anywhere = self.compile_continuation(tree, flags, qualname)
+        except (SyntaxError, RecursionError):
+            return
+        self.points = points
 
     @cached_property
     def lines(self) -> list[str]:
