@@ -6,8 +6,9 @@ import ast
 import inspect
 import textwrap
 import traceback
+from contextlib import contextmanager
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from daifu.core.crash import Crash
 from daifu.report.build import build_report
@@ -142,3 +143,16 @@ class ScriptedBot:
 
         suggest.__annotations__ = {"request": Request, "return": SuggestResponse}  # FastAPI reads real types
         self.app.post("/v1/suggest")(suggest)
+
+
+@contextmanager
+def served_scripted_bot() -> Iterator[tuple[ScriptedBot, str]]:
+    """A `ScriptedBot` served over HTTP on loopback while the block runs: the bot, and its URL."""
+    from repairbot.server import serve_in_thread
+
+    bot = ScriptedBot()
+    url, stop = serve_in_thread(bot.app)
+    try:
+        yield bot, url
+    finally:
+        stop()

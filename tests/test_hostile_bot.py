@@ -29,8 +29,7 @@ for _package in BOT:
 
 import daifu
 from repairbot.protocol import Suggestion
-from repairbot.server import serve_in_thread
-from tests.botfixtures import ScriptedBot
+from tests.botfixtures import ScriptedBot, served_scripted_bot
 from tests.hostile_payloads import PAYLOADS, Payload, embedded_in_surgery, rendered
 
 torch = pytest.importorskip("torch")
@@ -81,10 +80,8 @@ class Listener:
 
 @pytest.fixture(scope="module")
 def bot() -> Iterator[tuple[ScriptedBot, str]]:
-    hostile = ScriptedBot()
-    url, stop = serve_in_thread(hostile.app)
-    yield hostile, url
-    stop()
+    with served_scripted_bot() as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,7 @@ from daifu.decide.automatic import RECORD_NAME, restored
 from daifu.core.decisions import Surgery
 from daifu.report.redact import has_placeholder, is_secret_key, looks_like_environment, redact, restore_lines
 from daifu.report.summary import summarize
-from repairbot.server import serve_in_thread
-from tests.botfixtures import ScriptedBot, crash_from
+from tests.botfixtures import crash_from, served_scripted_bot
 
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYCANARYKEY1"
 
@@ -184,14 +183,10 @@ def test_no_planted_secret_reaches_the_bot_the_record_or_daifu_report(
 ) -> None:
     monkeypatch.setenv("SERVICE_TOKEN", CANARIES["env_copy"])
     monkeypatch.setenv("OPENAI_API_KEY", CANARIES["env_key"])
-    bot = ScriptedBot()
-    url, stop = serve_in_thread(bot.app)
-    try:
+    with served_scripted_bot() as (bot, url):
         daifu.configure(mode="automatic", approve="never", bot_url=url, workspace=tmp_path / "ws")
         with pytest.raises(ConnectionError):
             daifu.transform(service_call)([1, 2])
-    finally:
-        stop()
 
     assert len(bot.requests) == 1
     sent = bot.requests[0].decode()

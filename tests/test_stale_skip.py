@@ -27,8 +27,7 @@ from daifu.core.trial import unavailable
 from daifu.decide.automatic import MAX_SKIPS
 from daifu.state import RUN
 from repairbot.protocol import Suggestion
-from repairbot.server import serve_in_thread
-from tests.botfixtures import ScriptedBot
+from tests.botfixtures import ScriptedBot, served_scripted_bot
 from tests.copies import fresh
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no trials: {unavailable()}")
@@ -59,10 +58,19 @@ def logged(states: list[float], log: list[float]) -> int:
 
 @pytest.fixture(scope="module")
 def bot() -> Iterator[tuple[ScriptedBot, str]]:
-    scripted = ScriptedBot()
-    url, stop = serve_in_thread(scripted.app)
-    yield scripted, url
-    stop()
+    with served_scripted_bot() as served:
+        yield served
+
+
+@pytest.fixture
+def skipping(bot: tuple[ScriptedBot, str], tmp_path: Path) -> int:
+    """Automatic mode (`approve="auto"`) with a bot that answers every crash with one skip; the number
+    of repairs recorded before the test (`RUN.repairs_since`)."""
+    scripted, url = bot
+    scripted.suggestions = [Suggestion(kind="skip", explanation="Pass over the faulty statement this time.",
+                                       confidence=0.45)]
+    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
+    return RUN.recorded
 
 
 def answers(workspace: Path) -> list[dict]:
@@ -70,47 +78,32 @@ def answers(workspace: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_a_skip_that_would_leave_a_stale_value_is_not_applied_unattended(bot, tmp_path: Path) -> None:
-    scripted, url = bot
-    scripted.suggestions = [Suggestion(kind="skip", explanation="Pass over the faulty statement this time.",
-                                       confidence=0.45)]
-    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
-    before = RUN.recorded
+def test_a_skip_that_would_leave_a_stale_value_is_not_applied_unattended(skipping: int, tmp_path: Path) -> None:
     taken: list[int] = []
     with pytest.raises(ValueError, match="hold nan"):
         daifu.transform(fresh(act))([0.9, 0.1, float("nan"), 0.7], taken)
-    assert [r["decision"] for r in RUN.repairs_since(before)] == ["Raise"]
+    assert [r["decision"] for r in RUN.repairs_since(skipping)] == ["Raise"]
     assert taken == [1, 0]  # the stale `action` (0) was never appended for the NaN state
     suggestion = answers(tmp_path / "ws")[0]["suggestions"][0]
     assert suggestion["valid"] and not suggestion["unattended"]
     assert "`action`" in " ".join(suggestion["needs_person"])
 
 
-def test_a_skip_of_a_statement_that_assigns_nothing_is_still_applied(bot, tmp_path: Path) -> None:
-    scripted, url = bot
-    scripted.suggestions = [Suggestion(kind="skip", explanation="Pass over the faulty statement this time.",
-                                       confidence=0.45)]
-    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
-    before = RUN.recorded
+def test_a_skip_of_a_statement_that_assigns_nothing_is_still_applied(skipping: int) -> None:
     log: list[float] = []
     count = daifu.transform(fresh(logged))([0.9, float("nan"), 0.7], log)
     assert count == 3 and log == [1, 1]
-    repairs = RUN.repairs_since(before)
+    repairs = RUN.repairs_since(skipping)
     assert [r["decision"] for r in repairs] == ["Skip"]
     assert [t["verdict"] for t in repairs[0]["trials"]] == ["completed"]
 
 
-def test_skips_at_one_site_are_bounded(bot, tmp_path: Path) -> None:
+def test_skips_at_one_site_are_bounded(skipping: int) -> None:
     """`MAX_SKIPS` bot skips at one site, then the crash raises: the same crash batch after batch is a bug."""
-    scripted, url = bot
-    scripted.suggestions = [Suggestion(kind="skip", explanation="Pass over the faulty statement this time.",
-                                       confidence=0.45)]
-    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
-    before = RUN.recorded
     log: list[float] = []
     with pytest.raises(ValueError, match="hold nan"):
         daifu.transform(fresh(logged))([0.9] + [float("nan")] * (MAX_SKIPS + 2), log)
-    assert [r["decision"] for r in RUN.repairs_since(before)] == ["Skip"] * MAX_SKIPS + ["Raise"]
+    assert [r["decision"] for r in RUN.repairs_since(skipping)] == ["Skip"] * MAX_SKIPS + ["Raise"]
 
 
 def test_code_outside_the_allowlist_is_not_run_before_a_person_chooses(tmp_path: Path) -> None:
