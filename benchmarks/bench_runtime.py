@@ -6,8 +6,9 @@ Prints: (1) a real CPU training loop (benchmarks/train100.py, 320 steps) plain v
 median of interleaved repeats; (2) the per-iteration cost of a tight Python loop plain vs
 vaccinated, and what one execution of a `with` statement costs in each (CPU time); (3) restore
 time — from the exception to execution resuming — for Retry, Action and Surgery decided by a
-policy on the 100-line training function, at the first crash at a site and at a repeated one, the
-memory a first crash leaves behind, and for a ~1,000-line function, vaccination and restore times;
+policy on the 100-line training function, at the first crash at a site and at a repeated one (a
+surgery resumes in a segment, the rest of the interrupted iteration: what it compiles when that
+iteration ends is shown beside it), the memory a first crash leaves behind, and for a ~1,000-line function, vaccination and restore times;
 (4) what the same recovery costs by restarting from the last checkpoint (new process, import,
 rebuild, load, redo the lost steps), and the ratio.
 """
@@ -25,7 +26,9 @@ import tempfile
 import time
 import types
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -189,8 +192,33 @@ class FaultAt:
             raise ConnectionResetError("collective timed out (injected)")
 
 
-def restore_times(runs: int, crash_step: int) -> dict[str, list[float]]:
-    """Milliseconds from the exception to the resume, per decision, cold (new site) and warm."""
+@contextlib.contextmanager
+def switch_compiles(into: list[float]) -> Iterator[None]:
+    """Collect the CPU milliseconds each switch out of a segment spends getting the continuation it
+    hands over to (`Vaccine.switch` calls `Vaccine._continuation`, which compiles it): the part of
+    a surgery's work that comes after the resume."""
+    from daifu.core.resume import Vaccine
+
+    original = Vaccine._continuation
+
+    def timed(self: Vaccine, *arguments: Any, **keywords: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return original(self, *arguments, **keywords)
+        finally:
+            if sys._getframe(1).f_code.co_name == "switch":
+                into.append((time.thread_time() - started) * 1e3)
+
+    Vaccine._continuation = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Vaccine._continuation = original  # type: ignore[method-assign]
+
+
+def restore_times(runs: int, crash_step: int, switches: list[float]) -> dict[str, list[float]]:
+    """Milliseconds from the exception to the resume, per decision, cold (new site) and warm; the
+    switches' compile times of the surgeries go to `switches`."""
     source = inspect.getsource(train100.train)
     decisions = {
         "Retry": lambda crash: daifu.Retry(),
@@ -206,7 +234,8 @@ def restore_times(runs: int, crash_step: int) -> dict[str, list[float]]:
             for _ in range(runs):
                 fn = shared if temperature == "warm" else daifu.transform(fresh(train100.train))
                 model, optimizer, data = train100.build()
-                fn(model, optimizer, data, 1, FaultAt(crash_step % 16))
+                with switch_compiles(switches) if name == "Surgery" else contextlib.nullcontext():
+                    fn(model, optimizer, data, 1, FaultAt(crash_step % 16))
                 durations.append(RUN.history[-1]["duration_ms"])
             if name == "Surgery" and temperature == "warm":
                 continue  # a surgery installs a new version: every surgery is a first
@@ -328,10 +357,13 @@ def main() -> None:
     tight_loop(repeats)
     with_statement(repeats)
     crash_step, every = 175, 50
-    restore = restore_times(5 if options.quick else 20, crash_step)
+    switches: list[float] = []
+    restore = restore_times(5 if options.quick else 20, crash_step, switches)
     print("\nrestore time, exception to resume (ms), 100-line training function:")
     for name, values in restore.items():
         print(f"  {name:<16} median {statistics.median(values):7.3f}   min {min(values):7.3f}   max {max(values):7.3f}")
+    print(f"  then, as the interrupted iteration ends, the surgery's switch compiles the rest: median "
+          f"{statistics.median(switches):.3f} ms CPU ({len(switches)} switches)")
     first_crash_memory()
     long_function(5 if options.quick else 15)
     baseline = checkpoint_retry(crash_step, every, 2 if options.quick else 5)

@@ -5,8 +5,11 @@ For every generated program (`tests/programgen.py`) and every argument pair:
 - no fault: vaccinated ≡ plain (result, trace, closures' values, the decorators' calls);
 - a fault raised once at a random trace statement (inside a `finally` clause too), answered by
   `Retry` ≡ plain (resumed by the version's resume-anywhere continuation, or for odd seeds by one
-  compiled for the site); by `Action` (rebinding `a` and `b` to themselves, through the cells the nested
-  scopes share) ≡ plain; by `Skip` ≡ plain without that statement for that one execution.
+  compiled for the site: a segment holding the rest of the iteration, or for every fourth seed one
+  holding the whole rest of the call); by `Action` (rebinding `a` and `b` to themselves, through the
+  cells the nested scopes share) ≡ plain; by a `Surgery` installing the function's own source again
+  (its new version has no resume-anywhere code: a segment or a continuation for the site) ≡ plain;
+  by `Skip` ≡ plain without that statement for that one execution.
 
 `DAIFU_DIFFERENTIAL_PROGRAMS` sets how many programs (CI runs 2,000 on every Python it has).
 """
@@ -32,6 +35,7 @@ ARGUMENTS = [(0, 0), (3, 5), (7, 2), (11, 12)]
 DECISIONS: dict[str, Callable[[], Any]] = {
     "retry": daifu.Retry,
     "action": lambda: daifu.Action("a, b = a, b"),
+    "surgery": lambda: lambda crash: daifu.Surgery(crash.source),
 }
 
 
@@ -64,8 +68,10 @@ def check(seed: int, decide: Callable[..., list[daifu.Crash]]) -> None:
 
     target = random.Random(seed).choice(generator.appends)
     faulty = daifu.transform(load(generator.source("fault", target), f"fault_{seed}"))
+    vaccine = inspect.unwrap(faulty).__daifu__
     if seed % 2:  # resume through a continuation compiled for the site, as a surgery's new version does
-        inspect.unwrap(faulty).__daifu__.current.anywhere = None
+        vaccine.current.anywhere = None
+    vaccine.segmented = seed % 4 != 3
     skipping = load(generator.source("skip", target), f"skip_{seed}")
     for a, b in ARGUMENTS:
         expected = run(plain, a, b, Injector(None))

@@ -21,11 +21,13 @@ class Helpers:
 
     crash: `Vaccine.crash`, called by a catcher with the exception (and a lambda returning the
         frame's cells); returns to let the exception go on, or raises a `Handover`.
+    switch: `Vaccine.switch`, called by a segment where the code it leaves out starts (see
+        `Rewriter.segment`); raises the `Handover` to the continuation that resumes there.
     watching: what watches the iterations after an automatic repair (`daifu.decide.watch`),
         called with the frame at the start of each; it returns False when it has seen enough.
     """
 
-    __slots__ = ("crash", "watching")
+    __slots__ = ("crash", "switch", "watching")
 
     Exception = Exception
     BaseException = builtins.BaseException  # shadows the builtin in this class: annotations say `builtins.`
@@ -39,8 +41,9 @@ class Helpers:
     isinstance = staticmethod(builtins.isinstance)
     type = builtins.type
 
-    def __init__(self, crash: Callable[..., None]) -> None:
+    def __init__(self, crash: Callable[..., None], switch: Callable[..., None]) -> None:
         self.crash = crash
+        self.switch = switch
         self.watching: Callable[[Any], bool] | None = None
 
     def watch(self) -> None:

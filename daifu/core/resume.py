@@ -164,9 +164,13 @@ class Vaccine:
         self.filename = code.co_filename
         self.flags = future_flags(code)
         self.free_names = code.co_freevars
-        self.helpers = Helpers(self.crash)
+        self.helpers = Helpers(self.crash, self.switch)
         self._lock = threading.RLock()
         self._continuations: dict[tuple[int, Path, Mode, Flavour], CodeType] = {}
+        self._segments: dict[tuple[int, Path, Mode], CodeType | None] = {}
+        self.segmented = True
+        """Whether a continuation compiled for a site may be a segment (`_continuation`); the
+        differential test turns it off to check the continuations that hold the whole rest."""
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self.versions: list[Version] = []
         with _collection_paused():  # thousands of new AST nodes would trigger full collections
@@ -386,7 +390,7 @@ class Vaccine:
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
             if flavour is Flavour.PLAIN and crash.watch is not None:
                 flavour = Flavour.WATCHED
-            code, resume_point = self._continuation(here.version, here.path, mode, flavour)
+            code, resume_point = self._continuation(here.version, here.path, mode, flavour, segment=True)
         except (RepairRefused, CannotResume) as refusal:
             from daifu.core.actions import undo
 
@@ -418,12 +422,7 @@ class Vaccine:
         self._remember(version, here.path, site, namespace, crash)
         if flavour is Flavour.WATCHED:
             self.helpers.watching = crash.watch
-        function: Any = make_function(code, self.function.__globals__, live.cells, resume_point)
-        receiver = version.scope.receiver
-        if receiver is not None:  # zero-argument `super()` reads the continuation's first parameter
-            held = live.cells.get(receiver)
-            function = partial(function, namespace.get(receiver) if held is None else _contents(held))
-        return Handover(function, namespace)
+        return Handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
 
     def _run_action(self, code: str, version: Version, namespace: dict[str, Any], live: _Live) -> Undo:
         """Run an action; the module globals it bound, with their old values. `RepairRefused` if it fails.
@@ -556,14 +555,20 @@ class Vaccine:
             tb = tb.tb_next
         return found
 
-    def _continuation(self, version: Version, path: Path, mode: Mode, flavour: Flavour
+    def _continuation(self, version: Version, path: Path, mode: Mode, flavour: Flavour, segment: bool = False
                       ) -> tuple[CodeType, tuple[int] | None]:
         """The code that resumes `version` at `path` in `mode`, and the defaults to call it with:
         the version's resume-anywhere code and the number of the point, when it has them (see
-        `Rewriter.anywhere`); else a continuation for this site alone, compiled once."""
+        `Rewriter.anywhere`); else, when `segment` allows it, a segment that holds the rest of the
+        interrupted iteration only (`Rewriter.segment`, the rest is compiled when the run gets
+        there: `switch`); else a continuation for this site alone. Each is compiled once."""
         point = version.points.get((path, mode)) if flavour is Flavour.PLAIN else None
         if version.anywhere is not None and point is not None:
             return version.anywhere, (point,)
+        if segment and self.segmented and flavour is Flavour.PLAIN and self.seed is None:
+            code = self._segment(version, path, mode)
+            if code is not None:
+                return code, None
         key = (version.number, path, mode, flavour)
         code = self._continuations.get(key)
         if code is None:
@@ -578,6 +583,48 @@ class Vaccine:
                 self._continuations[key] = code
             self.units[id(code)] = version
         return code, None
+
+    def _segment(self, version: Version, path: Path, mode: Mode) -> CodeType | None:
+        """The segment resuming `version` at `path` in `mode`, compiled once; `None` if there is none."""
+        key = (version.number, path, mode)
+        if key not in self._segments:
+            tree = version.rewriter.segment(version.fdef, path, mode, version.number)
+            code = None if tree is None else version.compile_continuation(tree, self.flags, self.qualname)
+            if code is not None:
+                self.units[id(code)] = version
+            self._segments[key] = code
+        return self._segments[key]
+
+    def switch(self, number: int, path: Path, mode: str, cells: Any = None) -> None:
+        """Called by a segment where the code it leaves out starts: hand the run over to the
+        continuation of version `number` resuming at `path` in `mode` (compiled now, once), with
+        the segment's locals. A `Handover`, as after a repair, but no repair: nothing is recorded.
+
+        Building that continuation cannot be refused (the segment entered the same statements); if
+        compiling it fails (CPython's limits on nesting), the run cannot go on, and says why.
+        """
+        frame = sys._getframe(1)
+        namespace = {k: v for k, v in dict(frame.f_locals).items() if k not in _TEMPORARIES}
+        closure = dict(zip(cells.__code__.co_freevars, cells.__closure__ or ())) if cells else {}
+        version = next(v for v in self.versions if v.number == number)
+        try:
+            with _collection_paused():
+                code, resume_point = self._continuation(version, path, Mode(mode), Flavour.PLAIN)
+        except (SyntaxError, RecursionError, CannotResume) as error:
+            raise RuntimeError(
+                f"DaiFu could not continue {self.qualname} after the repaired iteration: {error!r}"
+            ) from None
+        raise Handover(self._resuming(code, version, namespace, closure, resume_point), namespace)
+
+    def _resuming(self, code: CodeType, version: Version, namespace: dict[str, Any], cells: dict[str, CellType],
+                  resume_point: tuple[int] | None) -> Any:
+        """The function that runs continuation `code` of `version` on `namespace`, sharing `cells`."""
+        function: Any = make_function(code, self.function.__globals__, cells, resume_point)
+        receiver = version.scope.receiver
+        if receiver is not None:  # zero-argument `super()` reads the continuation's first parameter
+            held = cells.get(receiver)
+            function = partial(function, namespace.get(receiver) if held is None else _contents(held))
+        return function
 
     # -- progress ---------------------------------------------------------------------------
 

@@ -137,6 +137,28 @@ class _Depth:
         return replace(self, finals=self.finals + (final_number(node),))
 
 
+@dataclass(frozen=True)
+class _Segment:
+    """The segment being built (`Rewriter.segment`): the path length of the innermost loop around
+    its resume point (statements at that depth and above have what follows them switched), and
+    the number of the version it belongs to."""
+
+    depth: int
+    version: int
+
+
+def _innermost_loop(fdef: ast.FunctionDef, path: Path) -> ast.For | ast.While | None:
+    """The innermost loop whose body holds the statement at `path`."""
+    found = None
+    block: list[ast.stmt] = fdef.body
+    for position in range(0, len(path) - 1, 2):
+        node, field = block[path[position]], path[position + 1]
+        if isinstance(node, (ast.For, ast.While)) and field == "body":
+            found = node
+        block = block_of(node, field)
+    return found
+
+
 def final_number(node: ast.stmt) -> int:
     """The number K of a `try ... finally` statement, stamped by `number_finals`."""
     return int(getattr(node, "_daifu_final"))  # noqa: B009 - an attribute of ours, not of `ast`  # type: ignore[attr-defined,no-any-return]
@@ -249,6 +271,7 @@ class Rewriter:
         self._flavoured = False
         self._prologue: list[ast.stmt] | None = None
         self._statements: dict[tuple[int, _Depth], list[ast.stmt]] = {}
+        self._segment: _Segment | None = None
 
     # -- catchers -------------------------------------------------------------------------
 
@@ -462,6 +485,46 @@ class Rewriter:
         self._flavoured = self.flavour is not Flavour.PLAIN
         return self._definition(fdef, self._rest(fdef.body, path, mode, _Depth()), ("@ns",))
 
+    def segment(self, fdef: ast.FunctionDef, path: Path, mode: Mode, version: int) -> ast.FunctionDef | None:
+        """A continuation that holds only the rest of the interrupted iteration of the innermost
+        loop around `path` (resumed `Mode.AT` or `Mode.AFTER`); `None` when no loop's body holds it.
+
+        A per-site continuation holds every loop's body two or three times (the rest of the
+        iteration, the remaining iterations, the enclosing loop's iterations); a segment holds the
+        first only, so it compiles in a fraction of the time. Each piece of code it leaves out,
+        at the loop and at every level around it — a loop's remaining iterations, the statements
+        after a resumed statement — is replaced by `@rt.switch(version, path, mode, cells)` where
+        that piece starts, which hands the run over (a `Handover`, as a repair does) to the
+        continuation that resumes at that point, compiled then (`Vaccine.switch`). Control reaches
+        a switch only by falling off, `break`ing or `continue`ing where the left-out code would
+        have run: an exception or a `return` leaves through the enclosing statements, which the
+        segment holds, as it would have.
+        """
+        if self.flavour is not Flavour.PLAIN or mode not in (Mode.AT, Mode.AFTER):
+            return None
+        loop = _innermost_loop(fdef, path)
+        if loop is None:
+            return None
+        self._flavoured = False
+        self._segment = _Segment(len(path_of(loop)), version)
+        try:
+            return self._definition(fdef, self._rest(fdef.body, path, mode, _Depth()), ("@ns",))
+        finally:
+            self._segment = None
+
+    def _switched(self, node: ast.stmt) -> bool:
+        """Whether code after or around `node` (a statement the segment resumes in) is left out."""
+        return self._segment is not None and len(path_of(node)) <= self._segment.depth
+
+    def _switch(self, node: ast.stmt, mode: Mode) -> list[ast.stmt]:
+        """`@rt.switch(...)`: the hand-over to the continuation resuming at `node` in `mode`."""
+        assert self._segment is not None
+        cells = ast.Tuple(elts=[_name(n) for n in self.scope.cell_names], ctx=ast.Load())
+        path = ast.Tuple(elts=[ast.Constant(step) for step in path_of(node)], ctx=ast.Load())  # folded: a constant
+        arguments = [ast.Constant(self._segment.version), path, ast.Constant(mode.value),
+                     ast.Lambda(args=no_arguments(), body=cells)]
+        return _at([ast.Expr(_call("switch", *arguments))], node)
+
     def anywhere(self, fdef: ast.FunctionDef) -> tuple[ast.FunctionDef, dict[tuple[Path, Mode], int]]:
         """One continuation that resumes at any statement, chosen when it is called: a function of
         the locals snapshot and `@to`, the number of a resume point; and the number of each point.
@@ -559,7 +622,10 @@ class Rewriter:
         def inner(child: list[ast.stmt], child_depth: _Depth) -> list[ast.stmt]:
             return self._rest(child, path[2:], mode, child_depth)
 
-        return self._resumed(node, field, inner, depth) + self.block(block[index + 1 :], depth)
+        resumed = self._resumed(node, field, inner, depth)
+        if self._switched(node):
+            return resumed + self._switch(node, Mode.AFTER)
+        return resumed + self.block(block[index + 1 :], depth)
 
     def _tail(self, block: list[ast.stmt], index: int, mode: Mode, depth: _Depth) -> list[ast.stmt]:
         after = self.block(block[index + 1 :], depth)
@@ -611,7 +677,9 @@ class Rewriter:
         remaining iterations and the loop's own `else`; a `continue` or falling off the end runs
         them. Exactly the meaning `break` and `continue` had in the interrupted iteration.
         """
-        if isinstance(node, ast.For):
+        if self._switched(node):  # a `while` goes on by testing its condition again: resumed at its header
+            remaining = self._switch(node, Mode.LOOP_NEXT if isinstance(node, ast.For) else Mode.AT)
+        elif isinstance(node, ast.For):
             remaining = self._for(node, depth, _name(f"@it{depth.loops}"))
         else:
             remaining = [self._while(node, depth)]

@@ -41,11 +41,9 @@ class Version:
     """The continuation that resumes at any statement (`Rewriter.anywhere`), once compiled."""
     points: dict[tuple[Path, Mode], int] = field(default_factory=dict)
     """The number of each resume point in `anywhere`."""
-
-    @cached_property
-    def rewriter(self) -> Rewriter:
-        """The rewriter of this version, which caches what all its continuations share."""
-        return Rewriter(self.scope)
+    rewriter: Rewriter = field(init=False, repr=False)
+    """The rewriter that built the fast path: its statements' forms are what every continuation
+    (and `anywhere`) is made of, so they are built once per version (`Rewriter.statement`)."""
 
     @cached_property
     def trial_rewriter(self) -> Rewriter:
@@ -173,6 +171,9 @@ def build_version(
         finals=finals,
         receiver=_receiver(fdef, cells, seed),
     )
-    fast = Rewriter(scope).fast_path(body_definition(fdef) if seed else fdef)
+    rewriter = Rewriter(scope)
+    fast = rewriter.fast_path(body_definition(fdef) if seed else fdef)
     fast_code = compile_definition(fast, filename, flags, free_names, runtime)
-    return Version(number, source, first_lineno, fdef, scope, fast_code, plain_code, runtime, names, shared_lines(fdef))
+    version = Version(number, source, first_lineno, fdef, scope, fast_code, plain_code, runtime, names, shared_lines(fdef))
+    version.rewriter = rewriter
+    return version

@@ -1,0 +1,270 @@
+"""A surgery resumes in a segment: the rest of the interrupted iteration only, then a switch.
+
+Each program crashes once inside a loop; a surgery removes the crash (`boom()` becomes `pass`),
+so the run must end exactly as the fixed program's would: the rest of the iteration runs in the
+segment, and every way of leaving it (falling off, `break`, `continue`, an exception handled
+around the loop, a `return` through a `finally`, a `with` that swallows an exception, another
+crash) reaches the code the segment left out (`Rewriter.segment`, `Vaccine.switch`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+
+import daifu
+
+
+class Boom(Exception):
+    pass
+
+
+def boom() -> None:
+    raise Boom("the statement the surgery removes")
+
+
+def fixed_source(function: Any) -> str:
+    return inspect.getsource(inspect.unwrap(function)).replace("boom()", "pass")
+
+
+def surgery(function: Any) -> Any:
+    source = fixed_source(function)
+    return lambda crash: daifu.Surgery(source)
+
+
+def test_the_rest_of_the_iteration_runs_in_a_segment_and_later_ones_run_the_new_code(decide) -> None:
+    seen: list[tuple[int, int]] = []
+
+    def compiled() -> tuple[int, int]:
+        vaccine = train.__daifu__
+        return len([c for c in vaccine._segments.values() if c is not None]), len(vaccine._continuations)
+
+    @daifu.transform
+    def train(steps):
+        log = []
+        for step in range(steps):
+            if step == 2:
+                boom()
+            log.append(step)
+            if step == 2:
+                seen.append(compiled())
+        log.append("done")
+        return log
+
+    decide(surgery(train))
+    assert train(5) == [0, 1, 2, 3, 4, "done"]
+    assert seen == [(1, 0)]  # the restore compiled the segment alone
+    assert len(train.__daifu__._continuations) == 1  # the remaining iterations, compiled at the switch
+    assert train(3) == [0, 1, 2, "done"]  # the next call runs the new version's fast path
+
+
+def test_break_in_the_rest_of_the_iteration_skips_the_else_and_runs_what_follows(decide) -> None:
+    @daifu.transform
+    def f():
+        log = []
+        for i in range(5):
+            if i == 1: boom()
+            if i == 1:
+                log.append("break")
+                break
+            log.append(i)
+        else:
+            log.append("else")
+        log.append("after")
+        return log
+
+    decide(surgery(f))
+    assert f() == [0, "break", "after"]
+
+
+def test_continue_in_the_rest_of_the_iteration_goes_on_with_the_next_item(decide) -> None:
+    @daifu.transform
+    def f():
+        log = []
+        for i in range(4):
+            if i == 1: boom()
+            if i == 1:
+                continue
+            log.append(i)
+        else:
+            log.append("else")
+        return log
+
+    decide(surgery(f))
+    assert f() == [0, 2, 3, "else"]
+
+
+def test_an_exception_handled_around_the_loop_runs_the_handler_and_what_follows_it(decide) -> None:
+    @daifu.transform
+    def f():
+        log = []
+        try:
+            for i in range(5):
+                if i == 2: boom()
+                if i == 2:
+                    raise KeyError("stop")
+                log.append(i)
+            log.append("loop done")
+        except KeyError:
+            log.append("handled")
+        log.append("after")
+        return log
+
+    decide(surgery(f))
+    assert f() == [0, 1, "handled", "after"]
+
+
+def test_a_handler_inside_an_outer_loop_that_breaks_or_continues_it(decide) -> None:
+    @daifu.transform
+    def f():
+        log = []
+        for outer in range(4):
+            try:
+                for inner in range(3):
+                    if (outer, inner) == (1, 1): boom()
+                    if inner == 1 and outer in (1, 2):
+                        raise ValueError(outer)
+                    log.append((outer, inner))
+            except ValueError as error:
+                if error.args[0] == 1:
+                    log.append("continue")
+                    continue
+                log.append("break")
+                break
+            log.append(f"outer {outer} done")
+        return log
+
+    decide(surgery(f))
+    assert f() == [(0, 0), (0, 1), (0, 2), "outer 0 done", (1, 0), "continue", (2, 0), "break"]
+
+
+def test_a_return_in_the_rest_of_the_iteration_runs_the_enclosing_finally_once(decide) -> None:
+    log: list[Any] = []
+
+    @daifu.transform
+    def f():
+        try:
+            for i in range(5):
+                if i == 1: boom()
+                if i == 2:
+                    return f"returned at {i}"
+                log.append(i)
+        finally:
+            log.append("finally")
+        return "fell off"
+
+    decide(surgery(f))
+    assert f() == "returned at 2"
+    assert log == [0, 1, "finally"]
+
+
+class Swallow:
+    def __init__(self, log: list[Any]) -> None:
+        self.log = log
+
+    def __enter__(self) -> Swallow:
+        self.log.append("enter")
+        return self
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
+        self.log.append(("exit", kind.__name__ if kind else None))
+        return kind is KeyError
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_a_with_around_the_loop_is_exited_once_whether_it_swallows_an_exception_or_not(decide, stop) -> None:
+    log: list[Any] = []
+
+    @daifu.transform
+    def f(stop):
+        with Swallow(log):
+            for i in range(4):
+                if i == 1: boom()
+                if stop and i == 2:
+                    raise KeyError(i)
+                log.append(i)
+        log.append("after")
+        return log
+
+    decide(surgery(f))
+    expected = ["enter", 0, 1, ("exit", "KeyError"), "after"] if stop else ["enter", 0, 1, 2, 3, ("exit", None), "after"]
+    assert f(stop) == expected
+
+
+def test_another_crash_in_the_segment_is_repaired_and_the_run_goes_on(decide) -> None:
+    flaky = {"left": 1}
+
+    def once() -> None:
+        if flaky["left"]:
+            flaky["left"] -= 1
+            raise ConnectionError("flaky")
+
+    @daifu.transform
+    def f():
+        log = []
+        for i in range(4):
+            if i == 1: boom()
+            if i == 1:
+                once()
+            log.append(i)
+        return log
+
+    seen = decide(surgery(f), daifu.Retry())
+    assert f() == [0, 1, 2, 3]
+    assert [type(c.exception) for c in seen] == [Boom, ConnectionError]
+
+
+def test_a_while_loop_tests_its_condition_again_after_the_segment(decide) -> None:
+    @daifu.transform
+    def f():
+        log, n = [], 0
+        while n < 4:
+            n += 1
+            if n == 2: boom()
+            log.append(n)
+        else:
+            log.append("else")
+        return log
+
+    decide(surgery(f))
+    assert f() == [1, 2, 3, 4, "else"]
+
+
+def test_nested_loops_switch_to_the_next_inner_item_then_the_outer_loop(decide) -> None:
+    @daifu.transform
+    def f():
+        log = []
+        for a in range(3):
+            for b in range(3):
+                if (a, b) == (1, 0): boom()
+                log.append((a, b))
+            log.append(f"row {a}")
+        return log
+
+    decide(surgery(f))
+    assert f() == [(a, b) for b in range(3) for a in [0]] + ["row 0"] + [(1, b) for b in range(3)] + ["row 1"] + [
+        (2, b) for b in range(3)
+    ] + ["row 2"]
+
+
+def test_a_closure_and_zero_argument_super_work_after_the_switch(decide) -> None:
+    class Base:
+        def scale(self) -> int:
+            return 10
+
+    class Model(Base):
+        @daifu.transform
+        def run(self, items):
+            total = 0
+            read = lambda: total  # noqa: E731 - a closure over `total`, rebound in the loop
+            seen = []
+            for item in items:
+                if item == 1: boom()
+                total += item * super().scale()
+                seen.append(read())
+            return seen
+
+    decide(surgery(Model.run))
+    assert Model().run([0, 1, 2, 3]) == [0, 10, 30, 60]
