@@ -26,7 +26,6 @@ import tempfile
 import time
 import types
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -192,28 +191,21 @@ class FaultAt:
             raise ConnectionResetError("collective timed out (injected)")
 
 
-@contextlib.contextmanager
-def switch_compiles(into: list[float]) -> Iterator[None]:
-    """Collect the CPU milliseconds each switch out of a segment spends getting the continuation it
-    hands over to (`Vaccine.switch` calls `Vaccine._continuation`, which compiles it): the part of
-    a surgery's work that comes after the resume."""
-    from daifu.core.resume import Vaccine
+def timed_switches(function: Any, into: list[float]) -> None:
+    """Collect the CPU milliseconds of each switch out of a segment of vaccinated `function`: what
+    the switch compiles (the rest of the call, the new version's fast path) when the interrupted
+    iteration ends, the part of a surgery's work that comes after the resume."""
+    helpers = function.__daifu__.helpers
+    switch = helpers.switch
 
-    original = Vaccine._continuation
-
-    def timed(self: Vaccine, *arguments: Any, **keywords: Any) -> Any:
+    def timed(*arguments: Any) -> None:
         started = time.thread_time()
         try:
-            return original(self, *arguments, **keywords)
+            switch(*arguments)
         finally:
-            if sys._getframe(1).f_code.co_name == "switch":
-                into.append((time.thread_time() - started) * 1e3)
+            into.append((time.thread_time() - started) * 1e3)
 
-    Vaccine._continuation = timed  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Vaccine._continuation = original  # type: ignore[method-assign]
+    helpers.switch = timed
 
 
 def restore_times(runs: int, crash_step: int, switches: list[float]) -> dict[str, list[float]]:
@@ -234,8 +226,9 @@ def restore_times(runs: int, crash_step: int, switches: list[float]) -> dict[str
             for _ in range(runs):
                 fn = shared if temperature == "warm" else daifu.transform(fresh(train100.train))
                 model, optimizer, data = train100.build()
-                with switch_compiles(switches) if name == "Surgery" else contextlib.nullcontext():
-                    fn(model, optimizer, data, 1, FaultAt(crash_step % 16))
+                if name == "Surgery" and temperature == "cold":
+                    timed_switches(fn, switches)
+                fn(model, optimizer, data, 1, FaultAt(crash_step % 16))
                 durations.append(RUN.history[-1]["duration_ms"])
             if name == "Surgery" and temperature == "warm":
                 continue  # a surgery installs a new version: every surgery is a first
@@ -362,8 +355,8 @@ def main() -> None:
     print("\nrestore time, exception to resume (ms), 100-line training function:")
     for name, values in restore.items():
         print(f"  {name:<16} median {statistics.median(values):7.3f}   min {min(values):7.3f}   max {max(values):7.3f}")
-    print(f"  then, as the interrupted iteration ends, the surgery's switch compiles the rest: median "
-          f"{statistics.median(switches):.3f} ms CPU ({len(switches)} switches)")
+    print(f"  then, as the interrupted iteration ends, the surgery's switch compiles the rest of the call and "
+          f"the fast path: median {statistics.median(switches):.3f} ms CPU ({len(switches)} switches)")
     first_crash_memory()
     long_function(5 if options.quick else 15)
     baseline = checkpoint_retry(crash_step, every, 2 if options.quick else 5)

@@ -1,4 +1,8 @@
-"""A surgery resumes in a segment: the rest of the interrupted iteration only, then a switch.
+"""A surgery's run resumes before its new version is compiled whole.
+
+Inside a loop it resumes in a segment: the rest of the interrupted iteration only, then a switch.
+The function's next call finds a stub until the new fast path is compiled (at the first switch, or
+by the stub itself).
 
 Each program crashes once inside a loop; a surgery removes the crash (`boom()` becomes `pass`),
 so the run must end exactly as the fixed program's would: the rest of the iteration runs in the
@@ -10,6 +14,9 @@ crash) reaches the code the segment left out (`Rewriter.segment`, `Vaccine.switc
 from __future__ import annotations
 
 import inspect
+import linecache
+import threading
+import textwrap
 from typing import Any
 
 import pytest
@@ -268,3 +275,81 @@ def test_a_closure_and_zero_argument_super_work_after_the_switch(decide) -> None
 
     decide(surgery(Model.run))
     assert Model().run([0, 1, 2, 3]) == [0, 10, 30, 60]
+
+
+def test_a_call_during_the_resumed_run_and_calls_after_it_reach_the_new_code_with_every_kind_of_parameter(
+    decide,
+) -> None:
+    offset = 100
+
+    @daifu.transform
+    def f(a, /, b, c=3, *args, d, e=5, **kw):
+        if a < 0:
+            return ("inner", a, b, c, args, d, e, kw, offset)
+        total = a + b + c + sum(args) + d + e + sum(kw.values())
+        half = total / (total - total)
+        return total, half, f(-1, 2, d=4)
+
+    signature = inspect.signature(f)
+    decide(daifu.Surgery(inspect.getsource(f).replace("total / (total - total)", "total // 2")))
+    assert f(1, 2, 4, 5, d=6, z=7) == (30, 15, ("inner", -1, 2, 3, (), 4, 5, {}, offset))
+    assert inspect.signature(f) == signature
+    assert f(-1, 2, 4, 5, 6, d=7, e=8, z=9) == ("inner", -1, 2, 4, (5, 6), 7, 8, {"z": 9}, offset)
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'd'"):
+        f(1, 2)
+
+
+def test_the_first_calls_after_a_surgery_from_several_threads_at_once_all_run_the_new_code(decide) -> None:
+    @daifu.transform
+    def g(x):
+        return x / 0
+
+    decide(daifu.Surgery(inspect.getsource(g).replace("x / 0", "-x")))
+    assert g(1) == -1
+    assert g.__code__ is g.__daifu__._stub  # no loop, no switch: the next call compiles the new code
+    results: list[object] = []
+    threads = [threading.Thread(target=lambda n=n: results.append(g(n))) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == [-3, -2, -1, 0]
+    assert g.__daifu__._stub is None and g.__code__.co_filename.endswith("(surgery 1)")
+
+
+def test_the_switch_compiles_the_new_fast_path_so_the_next_call_runs_it_directly(decide) -> None:
+    @daifu.transform
+    def f(n):
+        out = []
+        for i in range(n):
+            if i == 1: boom()
+            out.append(i)
+        return out
+
+    decide(surgery(f))
+    assert f(3) == [0, 1, 2]
+    assert f.__daifu__._stub is None and f.__code__.co_filename.endswith("(surgery 1)")
+
+
+def nested(depth: int) -> str:
+    """A function whose crash sits inside `depth` nested `try ... finally` statements in a loop."""
+    body = "for i in range(3):\n    if i == 1: boom()\n    log.append(i)"
+    for level in range(depth - 1):
+        body = f"try:\n{textwrap.indent(body, '    ')}\nfinally:\n    log.append('finally {level}')"
+    return f"def deep(log):\n{textwrap.indent(body, '    ')}\n    return log\n"
+
+
+@pytest.mark.parametrize("depth", [4, 5])
+def test_a_version_nested_too_deep_to_defer_is_compiled_whole_before_the_run_resumes(decide, depth) -> None:
+    filename = f"<deep {depth}>"
+    linecache.cache[filename] = (len(nested(depth)), None, nested(depth).splitlines(True), filename)
+    namespace: dict[str, Any] = {"boom": boom}
+    exec(compile(nested(depth), filename, "exec"), namespace)
+    deep = daifu.transform(namespace["deep"])
+    decide(daifu.Surgery(nested(depth).replace("boom()", "pass")))
+    assert deep([]) == [0, 1, 2] + [f"finally {level}" for level in range(depth - 1)]
+    vaccine = deep.__daifu__
+    assert vaccine.versions[-1].deferrable == (depth <= 4)
+    segments = [code for code in vaccine._segments.values() if code is not None]
+    assert len(segments) == (1 if depth <= 4 else 0)
+    assert vaccine._stub is None  # compiled by the switch, or before the resume

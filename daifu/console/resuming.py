@@ -65,7 +65,7 @@ def _in_new_source(crash: Crash, source: str) -> str:
 
 
 def _version(source: str, first_lineno: int, filename: str) -> Version:
-    return build_version(0, source, first_lineno, filename, 0, ())
+    return build_version(0, source, first_lineno, filename, 0, (), fast=False)
 
 
 def _one_line(statement: str) -> str:

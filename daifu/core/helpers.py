@@ -23,11 +23,13 @@ class Helpers:
         frame's cells); returns to let the exception go on, or raises a `Handover`.
     switch: `Vaccine.switch`, called by a segment where the code it leaves out starts (see
         `Rewriter.segment`); raises the `Handover` to the continuation that resumes there.
+    compiled: `Vaccine.compiled`, called by the stub a surgery installs until its new version's
+        fast path is compiled: the function, with that code compiled and in place of the stub.
     watching: what watches the iterations after an automatic repair (`daifu.decide.watch`),
         called with the frame at the start of each; it returns False when it has seen enough.
     """
 
-    __slots__ = ("crash", "switch", "watching")
+    __slots__ = ("compiled", "crash", "switch", "watching")
 
     Exception = Exception
     BaseException = builtins.BaseException  # shadows the builtin in this class: annotations say `builtins.`
@@ -41,9 +43,11 @@ class Helpers:
     isinstance = staticmethod(builtins.isinstance)
     type = builtins.type
 
-    def __init__(self, crash: Callable[..., None], switch: Callable[..., None]) -> None:
+    def __init__(self, crash: Callable[..., None], switch: Callable[..., None],
+                 compiled: Callable[[], Callable[..., Any]]) -> None:
         self.crash = crash
         self.switch = switch
+        self.compiled = compiled
         self.watching: Callable[[Any], bool] | None = None
 
     def watch(self) -> None:

@@ -164,8 +164,9 @@ class Vaccine:
         self.filename = code.co_filename
         self.flags = future_flags(code)
         self.free_names = code.co_freevars
-        self.helpers = Helpers(self.crash, self.switch)
+        self.helpers = Helpers(self.crash, self.switch, self.compiled)
         self._lock = threading.RLock()
+        self._stub: CodeType | None = None  # the function's code while it waits for its fast path (`_install`)
         self._continuations: dict[tuple[int, Path, Mode, Flavour], CodeType] = {}
         self._segments: dict[tuple[int, Path, Mode], CodeType | None] = {}
         self.segmented = True
@@ -180,26 +181,58 @@ class Vaccine:
 
     # -- versions ---------------------------------------------------------------------------
 
-    def _build(self, source: str, first_lineno: int, filename: str | None = None, number: int | None = None) -> Version:
+    def _build(self, source: str, first_lineno: int, filename: str | None = None, number: int | None = None,
+               fast: bool = True) -> Version:
+        """A new version; `fast=False` leaves its fast path to be compiled when the function needs
+        it (`_install`): a surgery's."""
         number = len(self.versions) if number is None else number
         version = build_version(
             number, source, first_lineno, filename or self.filename, self.flags, self.free_names, self.helpers,
-            seed=self.seed is not None,
+            seed=self.seed is not None, fast=fast,
         )
-        if version.fast_code.co_freevars != self.free_names:
-            raise ValueError(f"the vaccinated code of {self.qualname} needs other closure variables")
+        if fast:
+            self._fast_code(version)
         return version
 
+    def _fast_code(self, version: Version) -> CodeType:
+        """`version`'s fast path, compiled if it was not; `ValueError` if its closure is not the function's."""
+        code = version.fast_code
+        if code.co_freevars != self.free_names:
+            raise ValueError(f"the vaccinated code of {self.qualname} needs other closure variables")
+        return code
+
     def _install(self, version: Version) -> None:
-        """Make `version` the one that runs: the function object gets its code, in place."""
-        code = qualified(version.fast_code, self.qualname)
+        """Make `version` the one that runs: the function object gets its code, in place.
+
+        A surgery's version, whose run resumes in a continuation, does not wait for its fast path:
+        the function gets a stub with its signature that compiles it at the next call
+        (`compiled`), and the first switch out of a segment compiles it when the interrupted
+        iteration ends (`switch`), so that a call after that finds it ready.
+        """
         self.versions.append(version)
-        self.units[id(version.fast_code)] = self.units[id(code)] = version
         if version.anywhere is not None:
             self.units[id(version.anywhere)] = version
         if self.seed is not None and version.seed_names is not None:
             self.seed.names = version.seed_names  # the next call enters the scope of this version
-        self.function.__code__ = code
+        if version.compiled:
+            self._give(version)
+        else:
+            self._stub = self.function.__code__ = qualified(version.stub_code(), self.qualname)
+
+    def _give(self, version: Version) -> None:
+        """Give the function object `version`'s fast path, in place."""
+        code = qualified(self._fast_code(version), self.qualname)
+        self.units[id(version.fast_code)] = self.units[id(code)] = version
+        self.function.__code__, self._stub = code, None
+
+    def compiled(self) -> FunctionType:
+        """The function, running the current version's fast path, compiled now if it ran a stub:
+        what the stub calls (`@rt.compiled()`) before it runs the call. Only a version whose
+        generated code surely compiles waits for it (`Version.deferrable`)."""
+        with self._lock:
+            if self.function.__code__ is self._stub:
+                self._give(self.current)
+        return self.function
 
     @property
     def current(self) -> Version:
@@ -467,7 +500,9 @@ class Vaccine:
         number = len(self.versions) if number is None else number
         filename = f"{self.filename} (surgery {number})"
         try:
-            new = self._build(source, site.version.first_lineno, filename, number)
+            new = self._build(source, site.version.first_lineno, filename, number, fast=False)
+            if not new.deferrable:
+                self._fast_code(new)
         except SyntaxError as error:
             where = f"line {error.lineno}: " if error.lineno else ""
             raise RepairRefused(f"the new source does not compile: {where}{error.msg}") from None
@@ -565,7 +600,7 @@ class Vaccine:
         point = version.points.get((path, mode)) if flavour is Flavour.PLAIN else None
         if version.anywhere is not None and point is not None:
             return version.anywhere, (point,)
-        if segment and self.segmented and flavour is Flavour.PLAIN and self.seed is None:
+        if segment and self.segmented and flavour is Flavour.PLAIN and self.seed is None and version.deferrable:
             code = self._segment(version, path, mode)
             if code is not None:
                 return code, None
@@ -604,12 +639,15 @@ class Vaccine:
         compiling it fails (CPython's limits on nesting), the run cannot go on, and says why.
         """
         frame = sys._getframe(1)
+        while id(frame.f_code) not in self.units:  # the segment's frame, whatever wraps this method
+            frame = frame.f_back  # type: ignore[assignment]
         namespace = {k: v for k, v in dict(frame.f_locals).items() if k not in _TEMPORARIES}
         closure = dict(zip(cells.__code__.co_freevars, cells.__closure__ or ())) if cells else {}
         version = next(v for v in self.versions if v.number == number)
         try:
             with _collection_paused():
                 code, resume_point = self._continuation(version, path, Mode(mode), Flavour.PLAIN)
+                self.compiled()  # the interrupted iteration is over: the next call need not wait either
         except (SyntaxError, RecursionError, CannotResume) as error:
             raise RuntimeError(
                 f"DaiFu could not continue {self.qualname} after the repaired iteration: {error!r}"

@@ -88,11 +88,11 @@ def refusals(old_source: str, first_lineno: int, filename: str, new_source: str,
     from daifu.core.version import build_version
 
     try:
-        old = build_version(0, old_source, first_lineno, filename, 0, ())
+        old = build_version(0, old_source, first_lineno, filename, 0, (), fast=False)
     except (SyntaxError, ValueError) as error:
         return [f"the crashed function cannot be read: {error}"]
     try:
-        new = build_version(1, new_source, first_lineno, filename, 0, ())
+        new = build_version(1, new_source, first_lineno, filename, 0, (), fast=False)
     except SyntaxError as error:
         return [f"the new source does not compile: line {error.lineno}: {error.msg}"]
     except ValueError as error:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import CodeType
 
-from daifu.core.blocks import Path, annotate, child_blocks, shared_lines
-from daifu.core.compiling import compile_definition, qualified
+from daifu.core.blocks import TRY, Path, annotate, child_blocks, shared_lines
+from daifu.core.compiling import RUNTIME, compile_definition, place, qualified
 from daifu.core.rewrite import Flavour, Mode, Rewriter, Scope, number_finals
 from daifu.core.seedscope import SeedNames, body_definition, declared_body, seed_names
 from daifu.core.source import normalize, parse_function
@@ -31,8 +32,12 @@ class Version:
     first_lineno: int
     fdef: ast.FunctionDef
     scope: Scope
-    fast_code: CodeType
     plain_code: CodeType
+    filename: str
+    flags: int
+    free_names: tuple[str, ...]
+    nesting: int
+    """How deeply its loops, `with` and `try` statements nest (see `deferrable`)."""
     runtime: object = None
     seed_names: SeedNames | None = None
     shared_lines: frozenset[int] = frozenset()
@@ -41,9 +46,67 @@ class Version:
     """The continuation that resumes at any statement (`Rewriter.anywhere`), once compiled."""
     points: dict[tuple[Path, Mode], int] = field(default_factory=dict)
     """The number of each resume point in `anywhere`."""
-    rewriter: Rewriter = field(init=False, repr=False)
-    """The rewriter that built the fast path: its statements' forms are what every continuation
-    (and `anywhere`) is made of, so they are built once per version (`Rewriter.statement`)."""
+
+    @cached_property
+    def rewriter(self) -> Rewriter:
+        """The rewriter of the fast path and the plain continuations: the statements' forms it
+        builds are what all of them are made of, so each is built once per version (`Rewriter.statement`)."""
+        return Rewriter(self.scope)
+
+    @cached_property
+    def fast_code(self) -> CodeType:
+        """The vaccinated code, compiled when first asked for (`build_version` asks, but for a
+        surgery's version: its run resumes in a continuation, and the function needs this code
+        only from its next call on, see `Vaccine._install`)."""
+        fast = self.rewriter.fast_path(self._definition())
+        return compile_definition(fast, self.filename, self.flags, self.free_names, self.runtime)
+
+    @property
+    def deferrable(self) -> bool:
+        """Whether code generated from this version surely compiles once its source has: then a
+        surgery's run may resume before its fast path and the rest of its call are compiled (a
+        segment, `Rewriter.segment`; a stub, `Vaccine._install`). Each level of nesting takes up to
+        three of the compiler's twenty nested blocks in generated code; with four levels, every
+        combination of loops, `with` and `try` compiles (five can fail). A deeper version is
+        compiled whole before its run resumes, so that what cannot compile is refused instead."""
+        return self.nesting <= 4
+
+    @property
+    def compiled(self) -> bool:
+        """Whether `fast_code` is compiled yet (`cached_property` keeps it in the instance)."""
+        return "fast_code" in vars(self)
+
+    def stub_code(self) -> CodeType:
+        """Code with the function's signature and closure that compiles `fast_code` and runs the call
+        with it: `return @rt.compiled()(a, *args, k=k, **kw)` (`Vaccine.compiled`).
+
+        Its closure variables are named in a branch that never runs, so that it can replace the
+        function's code in place; it runs on the `def` line, as a resumed frame's code does.
+        """
+        fdef = self._definition()
+        arguments = fdef.args
+        positional: list[ast.expr] = [_load(a.arg) for a in arguments.posonlyargs + arguments.args]
+        if arguments.vararg:
+            positional.append(ast.Starred(value=_load(arguments.vararg.arg), ctx=ast.Load()))
+        keywords = [ast.keyword(arg=a.arg, value=_load(a.arg)) for a in arguments.kwonlyargs]
+        if arguments.kwarg:
+            keywords.append(ast.keyword(arg=None, value=_load(arguments.kwarg.arg)))
+        runtime = ast.Call(func=ast.Attribute(value=ast.Constant(RUNTIME), attr="compiled", ctx=ast.Load()),
+                           args=[], keywords=[])
+        body: list[ast.stmt] = [ast.Return(value=ast.Call(func=runtime, args=positional, keywords=keywords))]
+        if self.free_names:
+            named = ast.Tuple(elts=[_load(name) for name in self.free_names], ctx=ast.Load())
+            body.append(ast.If(test=ast.Constant(False), body=[ast.Expr(named)], orelse=[]))
+        spot = ast.Pass(lineno=fdef.lineno, col_offset=fdef.col_offset, end_lineno=fdef.lineno,
+                        end_col_offset=fdef.col_offset + 3)
+        stub = copy.copy(fdef)
+        stub.body = place(body, spot)
+        return compile_definition(stub, self.filename, self.flags, self.free_names, self.runtime)
+
+    def _definition(self) -> ast.FunctionDef:
+        """What the vaccinated code is compiled from: the function, or under the prototype's scope
+        model its body (`daifu.core.seedscope`)."""
+        return body_definition(self.fdef) if self.seed_names is not None else self.fdef
 
     @cached_property
     def trial_rewriter(self) -> Rewriter:
@@ -58,7 +121,7 @@ class Version:
     def compile_continuation(self, tree: ast.FunctionDef, flags: int, qualname: str) -> CodeType:
         """A continuation's code (`Rewriter.continuation`, `Rewriter.anywhere`): sharing the function's
         cells, reaching the runtime through `@rt`, named as the function in tracebacks."""
-        code = compile_definition(tree, self.fast_code.co_filename, flags, self.scope.cell_names, self.runtime)
+        code = compile_definition(tree, self.filename, flags, self.scope.cell_names, self.runtime)
         return qualified(code, qualname)
 
     def compile_anywhere(self, flags: int, qualname: str) -> None:
@@ -90,6 +153,10 @@ class Version:
         return "\n".join(line[indent:] for line in lines).rstrip()
 
 
+def _load(name: str) -> ast.Name:
+    return ast.Name(id=name, ctx=ast.Load())
+
+
 def _walk_function(fdef: ast.FunctionDef) -> list[ast.stmt]:
     found: list[ast.stmt] = []
 
@@ -103,16 +170,25 @@ def _walk_function(fdef: ast.FunctionDef) -> list[ast.stmt]:
     return found
 
 
-def _depths(block: list[ast.stmt], loops: int = 0, withs: int = 0) -> tuple[int, int]:
-    deepest = (loops, withs)
-    for statement in block:
-        inner_loops = loops + isinstance(statement, ast.For)
-        inner_withs = withs + isinstance(statement, ast.With)
-        for _field, child in child_blocks(statement):
-            found = _depths(child, inner_loops, inner_withs)
-            deepest = (max(deepest[0], found[0]), max(deepest[1], found[1]))
-        deepest = (max(deepest[0], inner_loops), max(deepest[1], inner_withs))
-    return deepest
+_BLOCKS = (ast.For, ast.While, ast.With, *TRY)
+"""The statements that nest the compiler's blocks (an `if` or a `match` nests none)."""
+
+
+def _depths(block: list[ast.stmt]) -> tuple[int, int, int]:
+    """The deepest nesting in `block` of `for` loops, of `with` statements, and of `_BLOCKS`."""
+    loops = withs = blocks = 0
+    todo: list[tuple[list[ast.stmt], int, int, int]] = [(block, 0, 0, 0)]
+    while todo:
+        statements, outer_loops, outer_withs, outer_blocks = todo.pop()
+        for statement in statements:
+            kind = type(statement)
+            inner_loops = outer_loops + (kind is ast.For)
+            inner_withs = outer_withs + (kind is ast.With)
+            inner_blocks = outer_blocks + (kind in _BLOCKS)
+            loops, withs, blocks = max(loops, inner_loops), max(withs, inner_withs), max(blocks, inner_blocks)
+            for _field, child in child_blocks(statement):
+                todo.append((child, inner_loops, inner_withs, inner_blocks))
+    return loops, withs, blocks
 
 
 def _receiver(fdef: ast.FunctionDef, cells: set[str], seed: bool) -> str | None:
@@ -133,8 +209,10 @@ def build_version(
     free_names: tuple[str, ...],
     runtime: object = None,
     seed: bool = False,
+    fast: bool = True,
 ) -> Version:
     """Parse, check and compile one source of the function; raises SyntaxError/ValueError if bad.
+    `fast=False` leaves the vaccinated code (`Version.fast_code`) to be compiled when first asked for.
 
     `free_names` are the original function's free variables: the fast path has exactly those, so
     it can replace the original's code in place. `runtime` is what its `@rt` stands for. `seed`:
@@ -156,7 +234,7 @@ def build_version(
     declared = seed_declared + tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
     cells = set(plain_code.co_cellvars) | set(free_names)
     finals = number_finals(statements)
-    loops, withs = _depths(fdef.body)
+    loops, withs, nesting = _depths(fdef.body)
     internal = (
         ("@call",)
         + tuple(f"@it{d}" for d in range(loops))
@@ -171,9 +249,8 @@ def build_version(
         finals=finals,
         receiver=_receiver(fdef, cells, seed),
     )
-    rewriter = Rewriter(scope)
-    fast = rewriter.fast_path(body_definition(fdef) if seed else fdef)
-    fast_code = compile_definition(fast, filename, flags, free_names, runtime)
-    version = Version(number, source, first_lineno, fdef, scope, fast_code, plain_code, runtime, names, shared_lines(fdef))
-    version.rewriter = rewriter
+    version = Version(number, source, first_lineno, fdef, scope, plain_code, filename, flags, free_names, nesting,
+                      runtime, names, shared_lines(fdef))
+    if fast:
+        version.fast_code  # noqa: B018 - compiled now: its errors are the caller's to see
     return version
