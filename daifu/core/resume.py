@@ -169,9 +169,9 @@ class Vaccine:
         self._stub: CodeType | None = None  # the function's code while it waits for its fast path (`_install`)
         self._continuations: dict[tuple[int, Path, Mode, Flavour], CodeType] = {}
         self._segments: dict[tuple[int, Path, Mode], CodeType | None] = {}
+        # Whether a continuation compiled for a site may be a segment (`_continuation`); the
+        # differential test turns it off to check the continuations that hold the whole rest.
         self.segmented = True
-        """Whether a continuation compiled for a site may be a segment (`_continuation`); the
-        differential test turns it off to check the continuations that hold the whole rest."""
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self.versions: list[Version] = []
         with _collection_paused():  # thousands of new AST nodes would trigger full collections
@@ -635,8 +635,9 @@ class Vaccine:
         continuation of version `number` resuming at `path` in `mode` (compiled now, once), with
         the segment's locals. A `Handover`, as after a repair, but no repair: nothing is recorded.
 
-        Building that continuation cannot be refused (the segment entered the same statements); if
-        compiling it fails (CPython's limits on nesting), the run cannot go on, and says why.
+        Building that continuation cannot be refused (the segment entered the same statements), and
+        only a version whose generated code surely compiles has segments (`Version.deferrable`);
+        should compiling it fail all the same, the run cannot go on, and says why.
         """
         frame = sys._getframe(1)
         while id(frame.f_code) not in self.units:  # the segment's frame, whatever wraps this method

@@ -24,6 +24,9 @@ loop's iterator survives in `@itD`. Since Python 3.11 a `try` costs nothing unti
 Each version has one continuation that resumes anywhere (`Rewriter.anywhere`), compiled with it, so
 a first crash compiles nothing; one for a single site (`Rewriter.continuation`) is compiled where
 that one does not serve: in a surgery's new version, to skip an iteration, in a flavour below.
+Inside a loop, that one is a *segment* (`Rewriter.segment`): the rest of the interrupted iteration,
+which calls `@rt.switch` where the code it leaves out starts, to hand over to the continuation
+from there, compiled only then.
 
 A continuation may be built in two more flavours, which change only the innermost loop it
 resumes: the *trial* flavour (`daifu.core.trial`) signals `@rt.trial_end()` where the interrupted
