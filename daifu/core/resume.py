@@ -97,7 +97,7 @@ class Site:
 class _Progress:
     """The last repair at a site: the locals it resumed with, its attempt number, what was tried."""
 
-    fingerprint: tuple[tuple[str, int], ...]
+    fingerprint: dict[str, int]
     attempt: int
     tried: list[tuple[str, str]]
 
@@ -667,12 +667,14 @@ class Vaccine:
 
     # -- progress ---------------------------------------------------------------------------
 
-    def _fingerprint(self, site: Site, namespace: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    def _fingerprint(self, site: Site, namespace: dict[str, Any]) -> dict[str, int]:
+        """Which object each local (but those the statement itself binds) holds: equal fingerprints
+        (a dict compares without regard to order) mean no local was rebound."""
         node = site.node
         own = assigned_names(node.target) if site.header and _kind(node) == "for" else set()
         if not site.header:
             own = assigned_names(node)
-        return tuple(sorted((k, id(v)) for k, v in _user_view(namespace).items() if k not in own))
+        return {k: id(v) for k, v in namespace.items() if k not in own and not k.startswith("@")}
 
     def _previous(self, site: Site, namespace: dict[str, Any]) -> _Progress | None:
         """The last repair at this site, if the run made no progress since: else `None`.
@@ -689,7 +691,7 @@ class Vaccine:
         """Note the repair about to resume, so a repeat of this crash knows what was tried."""
         progress = namespace["@call"].progress
         progress.pop(site.path, None)
-        fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else ()
+        fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else {}
         progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
 
 
