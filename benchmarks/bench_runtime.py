@@ -4,7 +4,8 @@
 
 Prints: (1) a real CPU training loop (benchmarks/train100.py, 320 steps) plain vs vaccinated,
 median of interleaved repeats; (2) the per-iteration cost of a tight Python loop plain vs
-vaccinated, and what one execution of a `with` statement costs in each (CPU time); (3) restore
+vaccinated, what a call of a one-line function and one execution of a `with` statement cost in
+each (CPU time); (3) restore
 time — from the exception to execution resuming — for Retry, Action and Surgery decided by a
 policy on the 100-line training function, at the first crash at a site and at a repeated one (a
 surgery resumes in a segment, the rest of the interrupted iteration: what it compiles when that
@@ -132,6 +133,30 @@ def tight_loop(repeats: int) -> None:
         f"tight loop: plain {plain_s / n * 1e9:.1f} ns/iteration, vaccinated {vacc_s / n * 1e9:.1f} ns/iteration, "
         f"x{ratio:.3f} ({(vacc_s - plain_s) / n * 1e9:+.1f} ns)"
     )
+
+
+def one_line_calls(repeats: int) -> None:
+    """What a call of a vaccinated one-line function costs more than a plain call: a loop of calls
+    of each, paired, in CPU time per call."""
+
+    def add(x):
+        return x + 1
+
+    def calls(fn, n):
+        for i in range(n):
+            fn(i)
+
+    vaccinated = daifu.transform(fresh(add))
+    n = 200_000
+    extra = []
+    for index in range(repeats):
+        spent = {}
+        for fn in (add, vaccinated) if index % 2 == 0 else (vaccinated, add):
+            started = time.process_time()
+            calls(fn, n)
+            spent[fn] = (time.process_time() - started) / n * 1e9
+        extra.append(spent[vaccinated] - spent[add])
+    print(f"one-line function: {statistics.median(extra):+.1f} ns per call vaccinated (median of {repeats} pairs)")
 
 
 class Manager:
@@ -348,6 +373,7 @@ def main() -> None:
     print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs\n")
     training_overhead(repeats)
     tight_loop(repeats)
+    one_line_calls(repeats)
     with_statement(repeats)
     crash_step, every = 175, 50
     switches: list[float] = []

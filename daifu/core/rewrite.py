@@ -454,12 +454,15 @@ class Rewriter:
         user's callers and the continuation in a traceback, and the stack does not grow.
         """
         caught = self.catcher(body, fdef, _Depth()) or _at([ast.Pass()], fdef)
+        # The hand-over is caught as `@e`, the catchers' name, and the fast path releases only the
+        # locals it has (not `@call`, which only continuations hold): every local of the frame is
+        # set up and cleared at every call of the function, crash or not.
         if in_continuation:
-            handover_body: list[ast.stmt] = [ast.Return(value=_name("@h"))]
+            handover_body: list[ast.stmt] = [ast.Return(value=_name("@e"))]
             after: list[ast.stmt] = []
         else:
-            released = [_assign(name, _none()) for name in self.scope.plain_locals]
-            handover_body = [_assign("@k", _name("@h")), *released]
+            released = [_assign(name, _none()) for name in self.scope.plain_locals if name != "@call"]
+            handover_body = [_assign("@k", _name("@e")), *released]
             run = ast.Call(func=ast.Attribute(value=_name("@k"), attr="continuation", ctx=ast.Load()),
                            args=[ast.Call(func=ast.Attribute(value=_name("@k"), attr="start", ctx=ast.Load()),
                                           args=[], keywords=[])], keywords=[])
@@ -467,7 +470,7 @@ class Rewriter:
             loop = ast.While(test=ast.Constant(True), body=[_assign("@k", run), ast.If(
                 test=finished, body=[ast.Return(value=_name("@k"))], orelse=[])], orelse=[])
             after = _at([loop], _def_line(fdef))
-        handover = ast.ExceptHandler(type=_rt("Handover"), name="@h", body=handover_body)
+        handover = ast.ExceptHandler(type=_rt("Handover"), name="@e", body=handover_body)
         top = ast.Try(body=caught, handlers=[handover], orelse=[ast.Return(value=_none())], finalbody=[])
         prelude = [_assign("@pending", _none())] if self.scope.finals else []
         return _at(prelude + [top], fdef) + after
