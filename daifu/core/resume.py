@@ -139,6 +139,14 @@ def _user_view(namespace: dict[str, Any]) -> dict[str, Any]:
 _TEMPORARIES = ("@e", "@en", "@h", "@k", "@ns", "@once", "@pending", "@rv")
 
 
+def _snapshot(frame: FrameType, cells: Any) -> tuple[dict[str, Any], dict[str, CellType]]:
+    """What a catcher or a switch in `frame` hands on: its locals but the generated temporaries, and
+    its cells by name (from `cells`, the lambda over them that the generated call passes)."""
+    namespace = {k: v for k, v in dict(frame.f_locals).items() if k not in _TEMPORARIES}
+    closure = dict(zip(cells.__code__.co_freevars, cells.__closure__ or ())) if cells else {}
+    return namespace, closure
+
+
 class Vaccine:
     """Everything DaiFu keeps about one vaccinated function.
 
@@ -176,7 +184,7 @@ class Vaccine:
         self.versions: list[Version] = []
         with _collection_paused():  # thousands of new AST nodes would trigger full collections
             first = self._build(source, first_lineno)
-            first.compile_anywhere(self.flags, self.qualname)
+            first.compile_anywhere(self.qualname)
         self._install(first)
 
     # -- versions ---------------------------------------------------------------------------
@@ -288,9 +296,9 @@ class Vaccine:
                 mark_passed(error)
                 return
             shared = self.seed.view() if self.seed is not None else {}
-            namespace = {**shared, **{k: v for k, v in dict(frame.f_locals).items() if k not in _TEMPORARIES}}
+            namespace, closure = _snapshot(frame, cells)
+            namespace = {**shared, **namespace}
             namespace.setdefault("@call", _Invocation())
-            closure = dict(zip(cells.__code__.co_freevars, cells.__closure__ or ())) if cells else {}
             handover = self._repair(error, frame, _Live(site, namespace, closure, shared), crashed_at)
         except Handover:
             raise
@@ -612,8 +620,7 @@ class Vaccine:
                 Flavour.TRIAL: version.trial_rewriter,
                 Flavour.WATCHED: version.watched_rewriter,
             }[flavour]
-            code = version.compile_continuation(rewriter.continuation(version.fdef, path, mode), self.flags,
-                                                self.qualname)
+            code = version.compile_continuation(rewriter.continuation(version.fdef, path, mode), self.qualname)
             if flavour is not Flavour.TRIAL:  # a trial's continuation lives and dies in its copy
                 self._continuations[key] = code
             self.units[id(code)] = version
@@ -624,7 +631,7 @@ class Vaccine:
         key = (version.number, path, mode)
         if key not in self._segments:
             tree = version.rewriter.segment(version.fdef, path, mode, version.number)
-            code = None if tree is None else version.compile_continuation(tree, self.flags, self.qualname)
+            code = None if tree is None else version.compile_continuation(tree, self.qualname)
             if code is not None:
                 self.units[id(code)] = version
             self._segments[key] = code
@@ -642,8 +649,7 @@ class Vaccine:
         frame = sys._getframe(1)
         while id(frame.f_code) not in self.units:  # the segment's frame, whatever wraps this method
             frame = frame.f_back  # type: ignore[assignment]
-        namespace = {k: v for k, v in dict(frame.f_locals).items() if k not in _TEMPORARIES}
-        closure = dict(zip(cells.__code__.co_freevars, cells.__closure__ or ())) if cells else {}
+        namespace, closure = _snapshot(frame, cells)
         version = next(v for v in self.versions if v.number == number)
         try:
             with _collection_paused():

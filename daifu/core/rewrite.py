@@ -278,11 +278,16 @@ class Rewriter:
 
     # -- catchers -------------------------------------------------------------------------
 
+    def _cells(self) -> ast.Lambda:
+        """`lambda: (cell, ...)` over the function's cell variables: the runtime reads the cells
+        themselves from its closure (`resume._snapshot`)."""
+        cells = ast.Tuple(elts=[_name(n) for n in self.scope.cell_names], ctx=ast.Load())
+        return ast.Lambda(args=no_arguments(), body=cells)
+
     def _crash_call(self) -> ast.stmt:
         arguments: list[ast.expr] = [_name("@e")]
         if self.scope.cell_names:
-            cells = ast.Tuple(elts=[_name(n) for n in self.scope.cell_names], ctx=ast.Load())
-            arguments.append(ast.Lambda(args=no_arguments(), body=cells))
+            arguments.append(self._cells())
         return ast.Expr(_call("crash", *arguments))
 
     def catcher(self, body: list[ast.stmt], where: ast.AST, depth: _Depth) -> list[ast.stmt]:
@@ -525,10 +530,8 @@ class Rewriter:
     def _switch(self, node: ast.stmt, mode: Mode) -> list[ast.stmt]:
         """`@rt.switch(...)`: the hand-over to the continuation resuming at `node` in `mode`."""
         assert self._segment is not None
-        cells = ast.Tuple(elts=[_name(n) for n in self.scope.cell_names], ctx=ast.Load())
         path = ast.Tuple(elts=[ast.Constant(step) for step in path_of(node)], ctx=ast.Load())  # folded: a constant
-        arguments = [ast.Constant(self._segment.version), path, ast.Constant(mode.value),
-                     ast.Lambda(args=no_arguments(), body=cells)]
+        arguments = [ast.Constant(self._segment.version), path, ast.Constant(mode.value), self._cells()]
         return _at([ast.Expr(_call("switch", *arguments))], node)
 
     def anywhere(self, fdef: ast.FunctionDef) -> tuple[ast.FunctionDef, dict[tuple[Path, Mode], int]]:

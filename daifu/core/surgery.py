@@ -23,7 +23,6 @@ import builtins
 import copy
 import difflib
 import functools
-import re
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -224,10 +223,6 @@ def _header_shape(node: ast.stmt) -> Hashable:
     return _shape(shallow)
 
 
-_NEWLINE = re.compile("\r\n|\r|\n")
-"""What the parser takes for the end of a line (`str.splitlines` also splits at form feeds)."""
-
-
 class _Keys:
     """Keys of the statements of two versions: small ints, equal exactly when the statements'
     `shape`s are.
@@ -245,7 +240,7 @@ class _Keys:
 
     def of(self, version: Version) -> Callable[[ast.stmt], int]:
         """The key function of `version`'s statements (each statement keyed once)."""
-        lines = _NEWLINE.split(version.source)
+        lines = version.lines
         fdef, first = version.fdef, version.first_lineno
         def_line = lines[fdef.lineno - first]
         own_columns = len(def_line) - len(def_line.lstrip()) == fdef.col_offset

@@ -118,18 +118,18 @@ class Version:
         """The rewriter of continuations whose next iterations are watched (`daifu.decide.watch`)."""
         return Rewriter(self.scope, Flavour.WATCHED)
 
-    def compile_continuation(self, tree: ast.FunctionDef, flags: int, qualname: str) -> CodeType:
+    def compile_continuation(self, tree: ast.FunctionDef, qualname: str) -> CodeType:
         """A continuation's code (`Rewriter.continuation`, `Rewriter.anywhere`): sharing the function's
         cells, reaching the runtime through `@rt`, named as the function in tracebacks."""
-        code = compile_definition(tree, self.filename, flags, self.scope.cell_names, self.runtime)
+        code = compile_definition(tree, self.filename, self.flags, self.scope.cell_names, self.runtime)
         return qualified(code, qualname)
 
-    def compile_anywhere(self, flags: int, qualname: str) -> None:
+    def compile_anywhere(self, qualname: str) -> None:
         """Compile the continuation that resumes anywhere, so that no first crash compiles one. Code
         the compiler refuses (nested beyond its limits) leaves none: crashes then resume per site."""
         tree, points = self.rewriter.anywhere(self.fdef)
         try:
-            self.anywhere = self.compile_continuation(tree, flags, qualname)
+            self.anywhere = self.compile_continuation(tree, qualname)
         except (SyntaxError, RecursionError):
             return
         self.points = points
