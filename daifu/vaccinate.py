@@ -41,7 +41,7 @@ class _Handling:
     def decide(self, crash: Crash) -> tuple[Decision, str]:
         from daifu.decide import chain  # the decision layer loads at the first crash, not with the decorator
 
-        return chain.decide(crash)
+        return chain.decide(crash, _settings(crash))
 
     def begin(self, crash: Crash) -> RepairEntry:
         return record.begin(crash)
@@ -49,8 +49,15 @@ class _Handling:
     def note(self, text: str) -> None:
         record.note(text)
 
-    def max_attempts(self) -> int:
-        return config.settings().max_attempts
+    def max_attempts(self, crash: Crash) -> int:
+        return _settings(crash).max_attempts
+
+
+def _settings(crash: Crash) -> config.Settings:
+    """The configuration `crash` is handled under, read at its first use (`Crash.settings`)."""
+    if crash.settings is None:
+        crash.settings = config.settings()
+    return crash.settings  # type: ignore[no-any-return]
 
 
 HANDLING = _Handling()

@@ -57,6 +57,10 @@ class Crash:
     edited_locals: Mapping[str, Any] | None = field(default=None, repr=False)
     """Set by a decider that let a person rebind locals in the live frame (the console's `!x = 1`):
     the locals to resume with, instead of the snapshot taken at the crash."""
+    settings: Any = field(default=None, repr=False)
+    """The configuration this crash is handled under (`daifu.config.Settings`), read once by the
+    layer that handles it: its attempts limit, its deciders and its record see one configuration,
+    and a repeated crash does not read the environment three times in its restore window."""
 
     @cached_property
     def traceback_text(self) -> str:

@@ -77,7 +77,7 @@ class Handling(Protocol):
 
     def note(self, text: str) -> None: ...
 
-    def max_attempts(self) -> int: ...
+    def max_attempts(self, crash: Crash) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -356,7 +356,7 @@ class Vaccine:
 
         crash = self._describe(error, frame, live)
         handling = self.handling
-        limit = handling.max_attempts()
+        limit = handling.max_attempts(crash)
         if crash.attempt > limit:
             handling.note(f"{self.qualname}: {crash.attempt - 1} repairs at line {crash.lineno} made no progress; raising")
             return None

@@ -85,9 +85,14 @@ def _file() -> LineFile:
     The main process starts it afresh with `Program Begin`, unless the lock file says this run
     continues the last one; a child process appends to its parent's.
     """
+    key = (os.environ.get("DAIFU_RECORD"), ranks.rank(), os.getcwd())  # what the path depends on:
+    current = _record.get("file")  # compared before building a `Path` (a sixth of a repeated crash's restore)
+    if current is not None and _record.get("key") == key:
+        return current  # type: ignore[no-any-return]
     path = _path().absolute()
     with _lock:
         current = _record.get("file")
+        _record["key"] = key
         if current is not None and current.path == path:
             return current  # type: ignore[no-any-return]
         if current is not None:
@@ -248,7 +253,8 @@ class Entry:
         composed, so only writing those two lines comes after it.
         """
         _write("INFO", f"Repair {self.number} End")
-        item, target = self._item(), repairs.repairs_path()
+        settings = self.crash.settings  # the configuration the crash was handled under, if it was read
+        item, target = self._item(), repairs.repairs_path(settings.workspace if settings is not None else None)
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
         told = f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}; resumed in"
         milliseconds = (time.perf_counter() - started) * 1000.0

@@ -27,9 +27,10 @@ def per_rank(path: Path) -> Path:
     return path if number is None else path.with_name(f"{path.stem}.rank{number}{path.suffix}")
 
 
-def repairs_path() -> Path:
-    """The JSON-lines record of the workspace now in effect (this rank's, in a multi-rank job)."""
-    return per_rank(config.settings().workspace / REPAIRS_FILE)
+def repairs_path(workspace: Path | None = None) -> Path:
+    """The JSON-lines record of `workspace`, by default the one now in effect (this rank's, in a
+    multi-rank job)."""
+    return per_rank((workspace or config.settings().workspace) / REPAIRS_FILE)
 
 
 def append(item: dict[str, Any], path: Path | None = None) -> None:
