@@ -9,7 +9,6 @@ a crash in the fast path and one in a continuation of the same version share a s
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 
 Path = tuple  # alternating int, str, ..., int
 
@@ -19,22 +18,25 @@ COMPOUND = (ast.For, ast.While, ast.If, ast.With, ast.Match, *TRY)
 HEADER_KINDS = {ast.For: "for", ast.While: "while", ast.If: "if", ast.With: "with", ast.Match: "match"}
 
 
-def child_blocks(node: ast.stmt) -> Iterator[tuple[str, list[ast.stmt]]]:
-    """The statement lists directly inside a compound statement, with their field names."""
-    if isinstance(node, (ast.For, ast.While, ast.If)):
-        yield "body", node.body
-        yield "orelse", node.orelse
-    elif isinstance(node, ast.With):
-        yield "body", node.body
-    elif isinstance(node, TRY):
-        yield "body", node.body
-        for index, handler in enumerate(node.handlers):
-            yield f"handlers.{index}", handler.body
-        yield "orelse", node.orelse
-        yield "finalbody", node.finalbody
-    elif isinstance(node, ast.Match):
-        for index, case in enumerate(node.cases):
-            yield f"cases.{index}", case.body
+def child_blocks(node: ast.stmt) -> list[tuple[str, list[ast.stmt]]]:
+    """The statement lists directly inside a compound statement, with their field names (none for
+    a simple statement). Dispatched on the node's exact type (`ast` classes are never subclassed):
+    every walk over a function's statements asks this of each one."""
+    kind = type(node)
+    if kind not in _COMPOUND_TYPES:
+        return []
+    if kind is ast.With:
+        return [("body", node.body)]  # type: ignore[attr-defined]
+    if kind is ast.Match:
+        return [(f"cases.{index}", case.body) for index, case in enumerate(node.cases)]  # type: ignore[attr-defined]
+    if kind in TRY:
+        handlers = [(f"handlers.{index}", handler.body) for index, handler in enumerate(node.handlers)]  # type: ignore[attr-defined]
+        return [("body", node.body), *handlers, ("orelse", node.orelse), ("finalbody", node.finalbody)]  # type: ignore[attr-defined]
+    return [("body", node.body), ("orelse", node.orelse)]  # type: ignore[attr-defined]
+
+
+_COMPOUND_TYPES = frozenset(COMPOUND)
+"""The statements `child_blocks` finds blocks in: `for`, `while`, `if`, `with`, `match`, `try`."""
 
 
 def block_of(node: ast.stmt, field: str) -> list[ast.stmt]:

@@ -57,6 +57,11 @@ class Helpers:
             self.watching = None
 
     @staticmethod
+    def values(namespace: dict[str, Any], names: tuple[str, ...]) -> list[Any]:
+        """The values of `names` in a snapshot: what a segment's prologue binds its locals to."""
+        return [namespace[name] for name in names]
+
+    @staticmethod
     def handled() -> builtins.BaseException | None:
         """The exception being handled around a `try ... finally`, as it starts."""
         return sys.exc_info()[1]

@@ -176,7 +176,7 @@ class Vaccine:
         self._lock = threading.RLock()
         self._stub: CodeType | None = None  # the function's code while it waits for its fast path (`_install`)
         self._continuations: dict[tuple[int, Path, Mode, Flavour], CodeType] = {}
-        self._segments: dict[tuple[int, Path, Mode], CodeType | None] = {}
+        self._segments: dict[tuple[int, Path, Mode, tuple[str, ...]], CodeType | None] = {}
         # Whether a continuation compiled for a site may be a segment (`_continuation`); the
         # differential test turns it off to check the continuations that hold the whole rest.
         self.segmented = True
@@ -431,7 +431,12 @@ class Vaccine:
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
             if flavour is Flavour.PLAIN and crash.watch is not None:
                 flavour = Flavour.WATCHED
-            code, resume_point = self._continuation(here.version, here.path, mode, flavour, segment=True)
+            for plan in plans:  # the snapshot as the continuation receives it (a copy: a refusal loses it)
+                plan.carry(namespace)
+            for name in here.version.scope.plain_locals:
+                if name.startswith(("@fx", "@fp")):
+                    namespace.setdefault(name, None)
+            code, resume_point = self._continuation(here.version, here.path, mode, flavour, namespace)
         except (RepairRefused, CannotResume) as refusal:
             from daifu.core.actions import undo
 
@@ -446,16 +451,12 @@ class Vaccine:
             except PatchRefused as refusal:
                 raise RepairRefused(str(refusal)) from None
         for plan in plans:
-            plan.carry(namespace)
             with self._lock:
                 self._install(plan.version)
         for name, cell in live.cells.items():  # a closure variable rebound by an action or the console
             if name in namespace:
                 cell.cell_contents = namespace[name]
         version = here.version
-        for name in version.scope.plain_locals:
-            if name.startswith(("@fx", "@fp")):
-                namespace.setdefault(name, None)
         if self.seed is not None:  # what the actions left in the module is the function's state now
             for name in self.seed.names.shared:
                 namespace.pop(name, None)
@@ -598,18 +599,20 @@ class Vaccine:
             tb = tb.tb_next
         return found
 
-    def _continuation(self, version: Version, path: Path, mode: Mode, flavour: Flavour, segment: bool = False
-                      ) -> tuple[CodeType, tuple[int] | None]:
+    def _continuation(self, version: Version, path: Path, mode: Mode, flavour: Flavour,
+                      snapshot: dict[str, Any] | None = None) -> tuple[CodeType, tuple[int] | None]:
         """The code that resumes `version` at `path` in `mode`, and the defaults to call it with:
         the version's resume-anywhere code and the number of the point, when it has them (see
-        `Rewriter.anywhere`); else, when `segment` allows it, a segment that holds the rest of the
-        interrupted iteration only (`Rewriter.segment`, the rest is compiled when the run gets
-        there: `switch`); else a continuation for this site alone. Each is compiled once."""
+        `Rewriter.anywhere`); else, given the `snapshot` it will resume, a segment that holds the
+        rest of the interrupted iteration only (`Rewriter.segment`, the rest is compiled when the
+        run gets there: `switch`); else a continuation for this site alone. Each is compiled once."""
         point = version.points.get((path, mode)) if flavour is Flavour.PLAIN else None
         if version.anywhere is not None and point is not None:
             return version.anywhere, (point,)
-        if segment and self.segmented and flavour is Flavour.PLAIN and self.seed is None and version.deferrable:
-            code = self._segment(version, path, mode)
+        plain = flavour is Flavour.PLAIN and self.seed is None
+        if snapshot is not None and self.segmented and plain and version.deferrable:
+            present = tuple(name for name in version.scope.plain_locals if name in snapshot)
+            code = self._segment(version, path, mode, present)
             if code is not None:
                 return code, None
         key = (version.number, path, mode, flavour)
@@ -626,11 +629,12 @@ class Vaccine:
             self.units[id(code)] = version
         return code, None
 
-    def _segment(self, version: Version, path: Path, mode: Mode) -> CodeType | None:
-        """The segment resuming `version` at `path` in `mode`, compiled once; `None` if there is none."""
-        key = (version.number, path, mode)
+    def _segment(self, version: Version, path: Path, mode: Mode, present: tuple[str, ...]) -> CodeType | None:
+        """The segment resuming `version` at `path` in `mode` a snapshot holding the locals `present`,
+        compiled once; `None` if there is none."""
+        key = (version.number, path, mode, present)
         if key not in self._segments:
-            tree = version.rewriter.segment(version.fdef, path, mode, version.number)
+            tree = version.rewriter.segment(version.fdef, path, mode, version.number, present)
             code = None if tree is None else version.compile_continuation(tree, self.qualname)
             if code is not None:
                 self.units[id(code)] = version

@@ -206,6 +206,12 @@ def _to_at_most(point: int) -> ast.Compare:
     return ast.Compare(left=_name("@to"), ops=[ast.LtE()], comparators=[ast.Constant(point)])
 
 
+def _clear_namespace() -> ast.stmt:
+    """`@ns.clear()`: the end of a prologue; the snapshot no longer holds what the frame holds now."""
+    clear = ast.Attribute(value=_name("@ns"), attr="clear", ctx=ast.Load())
+    return ast.Expr(ast.Call(func=clear, args=[], keywords=[]))
+
+
 def _is_catch_all(handler: ast.ExceptHandler) -> bool:
     return handler.type is None or (
         isinstance(handler.type, ast.Name) and handler.type.id in ("BaseException", "Exception")
@@ -496,7 +502,8 @@ class Rewriter:
         self._flavoured = self.flavour is not Flavour.PLAIN
         return self._definition(fdef, self._rest(fdef.body, path, mode, _Depth()), ("@ns",))
 
-    def segment(self, fdef: ast.FunctionDef, path: Path, mode: Mode, version: int) -> ast.FunctionDef | None:
+    def segment(self, fdef: ast.FunctionDef, path: Path, mode: Mode, version: int, present: tuple[str, ...]
+                ) -> ast.FunctionDef | None:
         """A continuation that holds only the rest of the interrupted iteration of the innermost
         loop around `path` (resumed `Mode.AT` or `Mode.AFTER`); `None` when no loop's body holds it.
 
@@ -510,6 +517,10 @@ class Rewriter:
         a switch only by falling off, `break`ing or `continue`ing where the left-out code would
         have run: an exception or a `return` leaves through the enclosing statements, which the
         segment holds, as it would have.
+
+        `present`: the locals the snapshot it resumes holds. A segment serves one snapshot's
+        names, so its prologue loads them in one statement (`_load_present`) instead of testing
+        every local of the function.
         """
         if self.flavour is not Flavour.PLAIN or mode not in (Mode.AT, Mode.AFTER):
             return None
@@ -519,7 +530,8 @@ class Rewriter:
         self._flavoured = False
         self._segment = _Segment(len(path_of(loop)), version)
         try:
-            return self._definition(fdef, self._rest(fdef.body, path, mode, _Depth()), ("@ns",))
+            rest = self._rest(fdef.body, path, mode, _Depth())
+            return self._definition(fdef, rest, ("@ns",), self._load_present(fdef, present))
         finally:
             self._segment = None
 
@@ -591,13 +603,16 @@ class Rewriter:
             branches = _at([ast.If(test=test, body=statements or [ast.Pass()], orelse=branches)], node)
         return branches
 
-    def _definition(self, fdef: ast.FunctionDef, rest: list[ast.stmt], parameters: tuple[str, ...]) -> ast.FunctionDef:
+    def _definition(self, fdef: ast.FunctionDef, rest: list[ast.stmt], parameters: tuple[str, ...],
+                    prologue: list[ast.stmt] | None = None) -> ast.FunctionDef:
         """A continuation's `def`: `parameters`, after `@self` (the value zero-argument `super()` reads,
-        which must be the first) when the function has a receiver; the prologue loading the locals; `rest`."""
+        which must be the first) when the function has a receiver; the prologue loading the locals
+        (by default the one that loads whichever are present, `_load_locals`); `rest`."""
         names = (("@self",) if self.scope.receiver else ()) + parameters
         arguments = no_arguments()
         arguments.args = [ast.copy_location(ast.arg(arg=name), fdef) for name in names]
-        body = self._load_locals(fdef) + self._frame(rest, fdef, in_continuation=True)
+        prologue = self._load_locals(fdef) if prologue is None else prologue
+        body = prologue + self._frame(rest, fdef, in_continuation=True)
         return self._copy(fdef, args=arguments, body=body, decorator_list=[], returns=None)
 
     def _load_locals(self, fdef: ast.FunctionDef) -> list[ast.stmt]:
@@ -615,10 +630,23 @@ class Rewriter:
                 load = ast.Subscript(value=namespace, slice=ast.Constant(name, **at), ctx=ast.Load(), **at)
                 assign = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store(), **at)], value=load, **at)
                 prologue.append(ast.If(test=present, body=[assign], orelse=[], **at))
-            clear = ast.Attribute(value=_name("@ns"), attr="clear", ctx=ast.Load())
-            prologue.append(ast.Expr(ast.Call(func=clear, args=[], keywords=[])))
-            self._prologue = _at(prologue, fdef)
+            self._prologue = _at(prologue + [_clear_namespace()], fdef)
         return self._prologue
+
+    def _load_present(self, fdef: ast.FunctionDef, present: tuple[str, ...]) -> list[ast.stmt]:
+        """A prologue for a snapshot holding the locals `present` (in `Scope.plain_locals`): the cells
+        declared as in `_load_locals`, then `a, b, ... = @rt.values(@ns, ("a", "b", ...))`, then
+        `@ns.clear()`. A local the snapshot lacks stays unbound, as it was in the crashed frame."""
+        prologue: list[ast.stmt] = list(self.scope.declared)
+        if self.scope.own_cells:
+            prologue.append(ast.Nonlocal(names=list(self.scope.own_cells)))
+        if present:
+            at = located(fdef)
+            targets = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Store(), **at) for name in present],
+                                ctx=ast.Store(), **at)
+            names = ast.Tuple(elts=[ast.Constant(name, **at) for name in present], ctx=ast.Load(), **at)
+            prologue.append(ast.Assign(targets=[targets], value=_call("values", _name("@ns"), names)))
+        return _at(prologue + [_clear_namespace()], fdef)
 
     # -- resuming -------------------------------------------------------------------------
 

@@ -1,0 +1,176 @@
+"""The surgery rule (`daifu.core.surgery`): where a surgery's run resumes (`resume_path`: statements
+are matched by their trees, so a statement that is only reformatted is no change, and one that
+changed is run from its start), and which names the new source may read (`unknown_names`)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from daifu.core.blocks import locate, node_at, path_of
+from daifu.core.surgery import SurgeryRefused, refusals, resume_path
+from daifu.core.version import build_version
+
+OLD = textwrap.dedent('''\
+    def train(steps, log):
+        total = 0
+        for step in range(steps):
+            x = step * 2
+            log.append(x)
+            y = x + 1
+            log.append(total)
+            total += y
+        return total
+''')
+
+
+def mapped(new: str, faulty: str = "log.append(total)", old: str = OLD) -> tuple[str, bool]:
+    """The new statement where a run interrupted at `faulty` resumes, and whether it is its counterpart."""
+    old_version = build_version(0, old, 1, "t.py", 0, (), fast=False)
+    new_version = build_version(1, textwrap.dedent(new), 1, "t.py", 0, (), fast=False)
+    line = next(n for n, text in enumerate(old.splitlines(), 1) if text.strip() == faulty)
+    found = locate(old_version.fdef.body, line, None)
+    assert found is not None
+    path, same, _finals = resume_path(old_version, new_version, path_of(found[0]))
+    statement = node_at(new_version.fdef, path)
+    return new_version.statement_text(statement, header_only=True), same
+
+
+def test_an_unchanged_function_resumes_at_the_faulty_statement() -> None:
+    assert mapped(OLD) == ("log.append(total)", True)
+
+
+@pytest.mark.parametrize("reformatted", [
+    "            log.append( x )\n",
+    "            log.append(x)  # noted\n",
+    "            log.append((x))\n",
+    "            log.append(\n                x,\n            )\n",
+])
+def test_a_statement_only_reformatted_before_the_faulty_one_is_not_run_again(reformatted: str) -> None:
+    new = OLD.replace("        log.append(x)\n", reformatted.replace("            ", "        ", 1))
+    assert new != OLD
+    assert mapped(new) == ("log.append(total)", True)
+
+
+def test_a_reformatted_enclosing_loop_header_still_holds_the_run() -> None:
+    new = OLD.replace("for step in range(steps):", "for step in range( steps ):  # all of them")
+    assert mapped(new) == ("log.append(total)", True)
+
+
+def test_a_changed_line_above_the_faulty_one_runs_from_there() -> None:
+    new = OLD.replace("y = x + 1", "y = x + 2")
+    assert mapped(new) == ("y = x + 2", False)
+
+
+def test_a_changed_faulty_statement_runs_in_its_new_form() -> None:
+    new = OLD.replace("log.append(total)", "log.extend([total])")
+    assert mapped(new) == ("log.extend([total])", False)
+
+
+def test_a_statement_added_after_the_faulty_one_changes_nothing_before() -> None:
+    new = OLD.replace("        total += y\n", "        total += y\n        log.append(y)\n")
+    assert mapped(new) == ("log.append(total)", True)
+
+
+def test_a_removed_statement_after_the_faulty_one_changes_nothing_before() -> None:
+    new = OLD.replace("        total += y\n", "")
+    assert mapped(new) == ("log.append(total)", True)
+
+
+def test_a_new_try_around_the_faulty_statement_runs_from_the_try() -> None:
+    # The rest of the block still matches: the `try` is a new statement in its place, run from its
+    # start, and the faulty statement is its first.
+    new = OLD.replace("        log.append(total)\n",
+                      "        try:\n            log.append(total)\n        except TypeError:\n            pass\n")
+    assert mapped(new) == ("try:", False)
+
+
+def test_a_new_try_around_the_whole_block_is_entered() -> None:
+    body = [line for line in OLD.splitlines(keepends=True) if line.startswith("        ")]
+    wrapped = "        try:\n" + "".join("    " + line for line in body) + "        except TypeError:\n            pass\n"
+    new = OLD.replace("".join(body), wrapped)
+    assert mapped(new) == ("log.append(total)", True)
+
+
+def test_a_changed_enclosing_loop_header_is_refused() -> None:
+    new = OLD.replace("for step in range(steps):", "for step in range(steps + 1):")
+    with pytest.raises(SurgeryRefused, match="header of the enclosing `for`"):
+        mapped(new)
+
+
+def test_statements_of_the_same_kind_as_a_changed_one_are_matched_by_their_trees() -> None:
+    # The assignment above the faulty statement is reformatted while another assignment changes
+    # after it: both are `Assign`s, so both are compared by tree, and only the later one differs.
+    new = OLD.replace("x = step * 2", "x = step*2").replace("total += y", "total += y * 1")
+    assert mapped(new) == ("log.append(total)", True)
+
+
+def test_a_statement_reformatted_into_the_text_of_another_is_still_itself() -> None:
+    # The second call's new text is the first one's, which both versions have: the two are still
+    # told apart by tree, so neither is run again.
+    old = "def f(log):\n    for i in range(3):\n        log.append(i)\n        log.append( i )\n        log.append(len(log))\n"
+    new = old.replace("log.append( i )", "log.append(i)")
+    assert mapped(new, "log.append(len(log))", old) == ("log.append(len(log))", True)
+
+
+# -- the names a surgery reads ------------------------------------------------------------------
+
+BASE = "def step(batch, log):\n    total = 0\n    for item in batch:\n        total += item\n    log.append(total)\n"
+
+
+def refused_names(new_body: str, known: tuple[str, ...] = ()) -> list[str]:
+    """Why a surgery whose `for` body is `new_body` (one line) would be refused, given module names `known`."""
+    new = BASE.replace("        total += item\n", f"        {new_body}\n")
+    return refusals(BASE, 1, "t.py", new, 4, known)
+
+
+def test_a_surgery_reading_names_the_function_assigns_builtins_and_globals_is_admitted() -> None:
+    assert refused_names("total += abs(item) + scale", known=("scale",)) == []
+
+
+def test_a_name_nothing_defines_is_named() -> None:
+    assert refused_names("total += item * scale") == [
+        "the new source reads 'scale', which nothing defines (not assigned in the new function, not a "
+        "parameter, a module global or a builtin)"
+    ]
+
+
+@pytest.mark.parametrize("body", [
+    "total += sum(x * scale for x in [item])",
+    "total += (lambda: item * scale)()",
+    "total += [x for x in [item] if x < scale][0]",
+])
+def test_names_read_inside_nested_code_count(body: str) -> None:
+    assert "'scale'" in refused_names(body)[0]
+
+
+def test_a_lambda_parameter_does_not_define_the_name_outside_the_lambda() -> None:
+    assert "'scale'" in refused_names("total += (lambda scale: scale)(item) + scale")[0]
+
+
+def test_a_name_the_function_declares_global_and_assigns_is_defined() -> None:
+    new = BASE.replace("    total = 0\n", "    global seen\n    seen = 0\n    total = 0\n").replace(
+        "        total += item\n", "        total += item + seen\n")
+    assert refusals(BASE, 1, "t.py", new, 5, ()) == []
+
+
+def test_a_class_body_reads_what_it_assigns() -> None:
+    new = BASE.replace("        total += item\n", "        class Box:\n            a = 1\n            b = a + 1\n        total += item * Box.b\n")
+    assert refusals(BASE, 1, "t.py", new, 4, ()) == []
+    missing = new.replace("b = a + 1", "b = a + scale")
+    assert "'scale'" in refusals(BASE, 1, "t.py", missing, 4, ())[0]
+
+
+def test_names_past_the_256th_are_read_with_their_extended_index() -> None:
+    # 300 attribute names fill the code's name table, so the globals read after them have indexes past 255.
+    filler = " + ".join(f"log.a{n}" for n in range(300))
+    body = f"total += ({filler}) if log is None else item * scale"
+    assert "'scale'" in refused_names(body)[0]
+    assert refused_names(body, known=("scale",)) == []
+
+
+def test_decorators_and_annotations_are_not_the_surgerys_reads() -> None:
+    old = "@deco\ndef step(batch: Batch, log):\n    total = 0\n    for item in batch:\n        total += item\n    log.append(total)\n"
+    new = old.replace("total += item", "total += item * 2")
+    assert refusals(old, 1, "t.py", new, 5, ("deco",)) == []
