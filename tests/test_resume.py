@@ -380,15 +380,22 @@ def test_bad_surgeries_are_refused_and_the_crash_offered_again(decide):
         source_of(f, "def f(a, b=1)", "def g(a, b=1)"),  # renamed
         source_of(f, "def f(a, b=1)", "def f(a, c=1)"),  # parameters changed
         source_of(f, "total += a / (i - 1)", "nonlocal zz"),  # does not compile
+        # Parse, keep the scope (a version derived from the crashed one, `daifu.core.changes`), but
+        # do not compile: in the statement resumed (compiled with the code the run resumes in), and
+        # before the loop (compiled on its own).
+        source_of(f, "total += a / (i - 1)", "*total, *i = [a, i]"),
+        source_of(f, "total = 0", "*total, *a = [a]"),
+        source_of(f, "total = 0", "break"),
     ]
     seen = decide(*[daifu.Surgery(s) for s in bad], daifu.Surgery(good))
-    daifu.configure(max_attempts=5)
+    daifu.configure(max_attempts=8)
     assert f(2) == -2.0 + 2 * 1 + 2 * 2
     reasons = [why for _kind, why in seen[-1].tried]
     assert "line" in reasons[0] and "does not compile" in reasons[0]
     assert "renames the function from 'f' to 'g'" in reasons[1]
     assert "changes the parameters" in reasons[2]
-    assert "does not compile" in reasons[3]
+    assert all("does not compile" in reason for reason in reasons[3:7])
+    assert "multiple starred" in reasons[4] and "multiple starred" in reasons[5] and "outside loop" in reasons[6]
     assert all(c.locals["i"] == 1 and c.locals["total"] == -2.0 for c in seen)
     assert len(f.__daifu__.versions) == 2
 

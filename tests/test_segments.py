@@ -46,7 +46,8 @@ def test_the_rest_of_the_iteration_runs_in_a_segment_and_later_ones_run_the_new_
 
     def compiled() -> tuple[int, int]:
         vaccine = train.__daifu__
-        return len([c for c in vaccine._segments.values() if c is not None]), len(vaccine._continuations)
+        return (len([c for v in vaccine.versions for c in v.segments.values() if c is not None]),
+                sum(len(v.continuations) for v in vaccine.versions))
 
     @daifu.transform
     def train(steps):
@@ -63,7 +64,7 @@ def test_the_rest_of_the_iteration_runs_in_a_segment_and_later_ones_run_the_new_
     decide(surgery(train))
     assert train(5) == [0, 1, 2, 3, 4, "done"]
     assert seen == [(1, 0)]  # the restore compiled the segment alone
-    assert len(train.__daifu__._continuations) == 1  # the remaining iterations, compiled at the switch
+    assert sum(len(v.continuations) for v in train.__daifu__.versions) == 1  # the remaining iterations, compiled at the switch
     assert train(3) == [0, 1, 2, "done"]  # the next call runs the new version's fast path
 
 
@@ -350,6 +351,6 @@ def test_a_version_nested_too_deep_to_defer_is_compiled_whole_before_the_run_res
     assert deep([]) == [0, 1, 2] + [f"finally {level}" for level in range(depth - 1)]
     vaccine = deep.__daifu__
     assert vaccine.versions[-1].deferrable == (depth <= 4)
-    segments = [code for code in vaccine._segments.values() if code is not None]
+    segments = [code for v in vaccine.versions for code in v.segments.values() if code is not None]
     assert len(segments) == (1 if depth <= 4 else 0)
     assert vaccine._stub is None  # compiled by the switch, or before the resume

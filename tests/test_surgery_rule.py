@@ -4,13 +4,16 @@ changed is run from its start), and which names the new source may read (`unknow
 
 from __future__ import annotations
 
+import ast
+import random
 import textwrap
 
 import pytest
 
 from daifu.core.blocks import locate, node_at, path_of
 from daifu.core.surgery import SurgeryRefused, refusals, resume_path
-from daifu.core.version import build_version
+from daifu.core.version import Version, build_version
+from tests.programgen import ProgramGenerator
 
 OLD = textwrap.dedent('''\
     def train(steps, log):
@@ -174,3 +177,98 @@ def test_decorators_and_annotations_are_not_the_surgerys_reads() -> None:
     old = "@deco\ndef step(batch: Batch, log):\n    total = 0\n    for item in batch:\n        total += item\n    log.append(total)\n"
     new = old.replace("total += item", "total += item * 2")
     assert refusals(old, 1, "t.py", new, 5, ("deco",)) == []
+
+
+# -- a small change's version, derived from the old one -------------------------------------------
+
+REPLACEMENTS = [
+    "a = (a + 1) % 7", "b = a", "trace.append(len(kept))", "pass", "a, *rest = [a, b]", "fresh = a",
+    "trace.append(math.pi)", "kept.append(lambda: a)", "trace.append([a for _ in range(2)])", "del b",
+    "a += undefined_name", "import os", "global a", "trace.append(b) if a else None", "# only a comment",
+]
+"""Statements a surgery's line may become: some keep the scope (derived), some do not (compiled)."""
+
+
+def _edits(source: str, rng: random.Random) -> list[str]:
+    """Surgeries of `source`: a simple statement's line replaced, a line inserted after it, or removed."""
+    lines = source.splitlines(keepends=True)
+    simple = [i for i, line in enumerate(lines)
+              if line.startswith("    ") and not line.rstrip().endswith(":") and "return" not in line]
+    edits = []
+    for index in rng.sample(simple, min(3, len(simple))):
+        indent = lines[index][: len(lines[index]) - len(lines[index].lstrip())]
+        new_line = indent + rng.choice(REPLACEMENTS) + "\n"
+        edits.append("".join(lines[:index] + [new_line] + lines[index + 1 :]))
+        edits.append("".join(lines[: index + 1] + [new_line] + lines[index + 1 :]))
+        edits.append("".join(lines[:index] + lines[index + 1 :]))
+    return edits
+
+
+def _same(got: Version, expected: Version, source: str) -> None:
+    """`got`, derived, has the scope and module reads of `expected`, compiled as written."""
+    ours, theirs = got.scope, expected.scope
+    assert (set(ours.plain_locals), ours.cell_names, ours.own_cells, ours.finals, ours.receiver) == (
+        set(theirs.plain_locals), theirs.cell_names, theirs.own_cells, theirs.finals, theirs.receiver
+    ), source
+    assert [ast.dump(d) for d in ours.declared] == [ast.dump(d) for d in theirs.declared]
+    # Never fewer names than the compiler reads; more only for code it drops as unreachable
+    # (`raise ValueError(2)` then a new statement): names the new source does read.
+    read = {n.id for n in ast.walk(got.fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert expected.module_reads() <= got.module_reads() <= expected.module_reads() | read, source
+    assert got.plain_code.co_varnames == expected.plain_code.co_varnames
+
+
+def test_a_version_derived_from_the_old_one_has_the_scope_and_reads_compiling_it_gives() -> None:
+    """Differential: surgeries of generated functions, four in a row, each built both ways: derived
+    from the version before (itself derived or not, `build_version(like=...)`) and compiled as
+    written; where it is derived, its scope and module reads must be exactly the compiler's."""
+    rng = random.Random(14)
+    derived = compiled = refused = 0
+    for seed in range(120):
+        source = ProgramGenerator(seed).source()
+        current = build_version(0, source, 1, "g.py", 0, (), fast=False)
+        for number in range(1, 5):
+            edits = _edits(source, rng)
+            if not edits:
+                break
+            new_source = rng.choice(edits)
+            try:
+                expected = build_version(number, new_source, 1, "g.py", 0, (), fast=False)
+            except (SyntaxError, ValueError):
+                refused += 1
+                continue
+            got = build_version(number, new_source, 1, "g.py", 0, (), fast=False, like=current)
+            if got.plain is None:
+                derived += 1
+                _same(got, expected, new_source)
+            else:
+                compiled += 1
+            source, current = new_source, got
+    assert derived > 150 and compiled > 100, (derived, compiled, refused)
+
+
+def _derive(old: str, new: str) -> tuple[Version, Version]:
+    return (build_version(1, new, 1, "t.py", 0, (), fast=False, like=build_version(0, old, 1, "t.py", 0, (), fast=False)),
+            build_version(1, new, 1, "t.py", 0, (), fast=False))
+
+
+def test_a_surgery_that_removes_a_locals_only_assignment_is_compiled() -> None:
+    old = "def f(xs):\n    scale = 2\n    for x in xs:\n        x * scale\n"
+    got, expected = _derive(old, old.replace("scale = 2", "pass"))
+    assert got.plain is not None and "scale" in expected.module_reads()
+
+
+def test_a_derived_version_no_longer_reads_what_the_replaced_statement_read() -> None:
+    old = "def f(xs):\n    total = 0\n    for x in xs:\n        total += math.floor(x)\n    return total\n"
+    got, expected = _derive(old, old.replace("math.floor(x)", "x"))
+    assert got.plain is None
+    assert got.module_reads() == expected.module_reads() == set()
+    got, expected = _derive(old, old.replace("total += math.floor(x)", "total += math.ceil(x) + shift"))
+    assert got.plain is None and got.module_reads() == expected.module_reads() == {"math", "shift"}
+
+
+def test_a_surgery_replacing_a_raise_is_compiled_the_code_after_it_comes_back() -> None:
+    # The compiler drops what follows the `raise`: its reads are in no bytecode of the old version.
+    old = "def f(xs):\n    for x in xs:\n        raise ValueError(x)\n        x = scale * x\n"
+    got, expected = _derive(old, old.replace("raise ValueError(x)", "pass"))
+    assert got.plain is not None and "scale" in expected.module_reads()

@@ -175,8 +175,6 @@ class Vaccine:
         self.helpers = Helpers(self.crash, self.switch, self.compiled)
         self._lock = threading.RLock()
         self._stub: CodeType | None = None  # the function's code while it waits for its fast path (`_install`)
-        self._continuations: dict[tuple[int, Path, Mode, Flavour], CodeType] = {}
-        self._segments: dict[tuple[int, Path, Mode, tuple[str, ...]], CodeType | None] = {}
         # Whether a continuation compiled for a site may be a segment (`_continuation`); the
         # differential test turns it off to check the continuations that hold the whole rest.
         self.segmented = True
@@ -190,13 +188,14 @@ class Vaccine:
     # -- versions ---------------------------------------------------------------------------
 
     def _build(self, source: str, first_lineno: int, filename: str | None = None, number: int | None = None,
-               fast: bool = True) -> Version:
+               fast: bool = True, like: Version | None = None) -> Version:
         """A new version; `fast=False` leaves its fast path to be compiled when the function needs
-        it (`_install`): a surgery's."""
+        it (`_install`): a surgery's, which may be derived from the version `like` it changes
+        (`build_version`)."""
         number = len(self.versions) if number is None else number
         version = build_version(
             number, source, first_lineno, filename or self.filename, self.flags, self.free_names, self.helpers,
-            seed=self.seed is not None, fast=fast,
+            seed=self.seed is not None, fast=fast, like=like,
         )
         if fast:
             self._fast_code(version)
@@ -404,7 +403,9 @@ class Vaccine:
         one produced; then one resume. Only actions and surgeries change anything: a surgery is
         installed once every step is carried out, and if a step is refused the module globals the
         actions bound are put back, so a refused decision leaves the program as it was (an action's
-        in-place mutations of objects excepted).
+        in-place mutations of objects excepted). A surgery's version derived from the one it changes
+        (`build_version(like=...)`) is compiled here: with the code that resumes the run when that
+        holds its new statements (`Version.holds_change`), else as written, before it.
         """
         from daifu.core.decisions import Action, Patch, Plays, Retry, Skip, SkipIteration, Surgery
 
@@ -436,13 +437,17 @@ class Vaccine:
             for name in here.version.scope.plain_locals:
                 if name.startswith(("@fx", "@fp")):
                     namespace.setdefault(name, None)
+            for plan in plans:  # new statements the code resuming the run will not hold are compiled now
+                if plan is not plans[-1] or not plan.version.holds_change(here.path):
+                    _compiles(plan.version)
             code, resume_point = self._continuation(here.version, here.path, mode, flavour, namespace)
-        except (RepairRefused, CannotResume) as refusal:
+        except (RepairRefused, CannotResume, SyntaxError) as refusal:  # SyntaxError: a surgery's new statements
             from daifu.core.actions import undo
 
             for journal in reversed(bound):
                 undo(self.function.__globals__, journal)
-            raise RepairRefused(str(refusal)) from None
+            reason = _not_compiling(refusal) if isinstance(refusal, SyntaxError) else str(refusal)
+            raise RepairRefused(reason) from None
         if isinstance(decision, Patch):
             from daifu.core.patch import PatchRefused, patch_function, resolve
 
@@ -509,12 +514,11 @@ class Vaccine:
         number = len(self.versions) if number is None else number
         filename = f"{self.filename} (surgery {number})"
         try:
-            new = self._build(source, site.version.first_lineno, filename, number, fast=False)
+            new = self._build(source, site.version.first_lineno, filename, number, fast=False, like=site.version)
             if not new.deferrable:
                 self._fast_code(new)
         except SyntaxError as error:
-            where = f"line {error.lineno}: " if error.lineno else ""
-            raise RepairRefused(f"the new source does not compile: {where}{error.msg}") from None
+            raise RepairRefused(_not_compiling(error)) from None
         except ValueError as error:
             raise RepairRefused(f"the new source is refused: {error}") from None
         try:
@@ -537,6 +541,7 @@ class Vaccine:
             for step in decision.steps if isinstance(decision, Plays) else (decision,):
                 if isinstance(step, Surgery):
                     plan = self._plan(step.source, here, len(self.versions) + planned)
+                    _compiles(plan.version)  # all of it: a dry run compiles no continuation
                     here, planned = Site(plan.version, plan.path, site.header), planned + 1
                     here.version.rewriter.continuation(here.version.fdef, here.path, Mode.AT)
                 elif isinstance(step, Action):
@@ -615,8 +620,8 @@ class Vaccine:
             code = self._segment(version, path, mode, present)
             if code is not None:
                 return code, None
-        key = (version.number, path, mode, flavour)
-        code = self._continuations.get(key)
+        key = (path, mode, flavour)
+        code = version.continuations.get(key)
         if code is None:
             rewriter = {
                 Flavour.PLAIN: version.rewriter,
@@ -625,21 +630,21 @@ class Vaccine:
             }[flavour]
             code = version.compile_continuation(rewriter.continuation(version.fdef, path, mode), self.qualname)
             if flavour is not Flavour.TRIAL:  # a trial's continuation lives and dies in its copy
-                self._continuations[key] = code
+                version.continuations[key] = code
             self.units[id(code)] = version
         return code, None
 
     def _segment(self, version: Version, path: Path, mode: Mode, present: tuple[str, ...]) -> CodeType | None:
         """The segment resuming `version` at `path` in `mode` a snapshot holding the locals `present`,
         compiled once; `None` if there is none."""
-        key = (version.number, path, mode, present)
-        if key not in self._segments:
+        key = (path, mode, present)
+        if key not in version.segments:
             tree = version.rewriter.segment(version.fdef, path, mode, version.number, present)
             code = None if tree is None else version.compile_continuation(tree, self.qualname)
             if code is not None:
                 self.units[id(code)] = version
-            self._segments[key] = code
-        return self._segments[key]
+            version.segments[key] = code
+        return version.segments[key]
 
     def switch(self, number: int, path: Path, mode: str, cells: Any = None) -> None:
         """Called by a segment where the code it leaves out starts: hand the run over to the
@@ -703,6 +708,19 @@ class Vaccine:
         progress.pop(site.path, None)
         fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else {}
         progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
+
+
+def _compiles(version: Version) -> None:
+    """Compile `version` as written, if it was not: `RepairRefused` when it does not compile."""
+    try:
+        version.plain_code  # noqa: B018 - compiled now, to be refused now
+    except SyntaxError as error:
+        raise RepairRefused(_not_compiling(error)) from None
+
+
+def _not_compiling(error: SyntaxError) -> str:
+    where = f"line {error.lineno}: " if error.lineno else ""
+    return f"the new source does not compile: {where}{error.msg}"
 
 
 @contextmanager

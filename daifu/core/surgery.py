@@ -22,12 +22,8 @@ import ast
 import builtins
 import copy
 import difflib
-import dis
-import functools
-import sys
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
-from types import CodeType
 from typing import Any
 
 from daifu.core.blocks import HEADER_KINDS, TRY, Path, block_of, child_blocks
@@ -69,7 +65,7 @@ def plan_surgery(old: Version, new: Version, path: Path, known: Collection[str])
     """
     check_same_signature(old.fdef, new.fdef)
     new_path, same, finals = resume_path(old, new, path)
-    unknown = sorted(unknown_names(new.plain_code, known))
+    unknown = sorted(unknown_names(new.module_reads(), known))
     if unknown:
         names = ", ".join(repr(n) for n in unknown)
         raise SurgeryRefused(
@@ -142,54 +138,15 @@ def _signature(args: ast.arguments) -> str:
 # -- names -------------------------------------------------------------------------------------
 
 
-def unknown_names(code: CodeType, names: Collection[str]) -> set[str]:
-    """The names the function compiled as `code` reads from its module that are neither in `names`
-    nor builtins: the names it reads and never assigns, as the compiler decided.
+def unknown_names(reads: set[str], names: Collection[str]) -> set[str]:
+    """Of the names a new version reads from its module (`Version.module_reads`: the names it reads
+    and never assigns, as the compiler scopes them), those neither in `names` nor builtins.
 
     Judged on the new code alone: a local the new function no longer assigns is unknown even if
     the crashed frame still holds a stale value of that name. Its decorators and default values
     are not its code's (they were evaluated when the function was defined), nor are annotations.
     """
-    return _module_reads(code) - set(names) - set(dir(builtins)) - {"__class__"}
-
-
-_LOAD_GLOBAL, _EXTENDED_ARG = dis.opmap["LOAD_GLOBAL"], dis.opmap["EXTENDED_ARG"]
-_STORED = {dis.opmap["STORE_NAME"], dis.opmap["STORE_GLOBAL"], dis.opmap["DELETE_NAME"], dis.opmap["DELETE_GLOBAL"]}
-_NAMED = {_LOAD_GLOBAL, dis.opmap["LOAD_NAME"], *_STORED}
-_FLAGGED = sys.version_info >= (3, 11)
-"""Since Python 3.11 the argument of `LOAD_GLOBAL` is the name's index times two, plus a flag."""
-
-
-def _module_reads(code: CodeType) -> set[str]:
-    """The names `code` and the code nested in it (lambdas, comprehensions, functions, class
-    bodies) read from the module (`LOAD_GLOBAL`, and a class body's `LOAD_NAME`), less those any
-    of them assigns there (`STORE_GLOBAL`, a class body's `STORE_NAME`).
-
-    Read from the bytecode: the instructions are two bytes each, opcode then argument, with
-    `EXTENDED_ARG` prefixes for arguments past 255 (and, since Python 3.11, inline caches whose
-    opcode is 0, which no lookup matches). `dis.get_instructions` took 1.5 ms on a 100-line
-    function, this 0.01 ms; a walk of the tree 0.4 ms.
-    """
-    read: set[str] = set()
-    stored: set[str] = set()
-    todo = [code]
-    while todo:
-        current = todo.pop()
-        raw = current.co_code
-        opcodes, arguments = raw[::2], raw[1::2]
-        for opcode in _NAMED:
-            position = opcodes.find(opcode)
-            while position != -1:
-                argument, before, shift = arguments[position], position - 1, 8
-                while before >= 0 and opcodes[before] == _EXTENDED_ARG:
-                    argument |= arguments[before] << shift
-                    before, shift = before - 1, shift + 8
-                if opcode == _LOAD_GLOBAL and _FLAGGED:
-                    argument >>= 1
-                (stored if opcode in _STORED else read).add(current.co_names[argument])
-                position = opcodes.find(opcode, position + 1)
-        todo += [constant for constant in current.co_consts if isinstance(constant, CodeType)]
-    return read - stored
+    return reads - set(names) - set(dir(builtins)) - {"__class__"}
 
 
 # -- where the run resumes ---------------------------------------------------------------------
@@ -241,9 +198,9 @@ class _Keys:
         self.shape = shape
         self.old_text, self.new_text = _texts(old), _texts(new)
         self.ids: dict[Hashable, int] = {}
-        self.shaped: dict[bytes, int] = {}
+        self.shaped: dict[Hashable, int] = {}
 
-    def _by_shape(self, node: ast.stmt, text: bytes | None) -> int:
+    def _by_shape(self, node: ast.stmt, text: Hashable) -> int:
         found = self.shaped.get(text) if text is not None else None
         if found is None:
             found = self.ids.setdefault(("shape", self.shape(node)), len(self.ids))
@@ -261,7 +218,7 @@ class _Keys:
         kinds = {type(s) for s, t in zip(old_block, old_texts) if t not in shared}
         kinds |= {type(s) for s, t in zip(new_block, new_texts) if t not in shared}
 
-        def key(node: ast.stmt, text: bytes | None) -> int:
+        def key(node: ast.stmt, text: Hashable) -> int:
             if text in shared and type(node) not in kinds:
                 return self.ids.setdefault(("text", text), len(self.ids))
             return self._by_shape(node, text)
@@ -277,27 +234,23 @@ class _Keys:
         return old_keys, new_keys, new_key
 
 
-def _texts(version: Version) -> Callable[[ast.stmt], bytes | None]:
-    """The source text of each of `version`'s statements (`None` when its columns are not its
-    source's), each sliced once."""
+def _texts(version: Version) -> Callable[[ast.stmt], Hashable]:
+    """The source text of each of `version`'s statements, as a key: its lines and its columns on the
+    first and last of them (equal keys are equal texts; two statements sharing a line have unequal
+    keys, and are then shaped), without slicing and encoding a statement's text; `None` when its
+    columns are not its source's."""
     lines = version.lines
     fdef, first = version.fdef, version.first_lineno
     def_line = lines[fdef.lineno - first]
     own_columns = len(def_line) - len(def_line.lstrip()) == fdef.col_offset
 
-    @functools.cache
-    def text(node: ast.stmt) -> bytes | None:
+    def text(node: ast.stmt) -> Hashable:
         if not own_columns:
             return None
-        return _segment(lines[node.lineno - first : (node.end_lineno or node.lineno) - first + 1], node)
+        spanned = lines[node.lineno - first : (node.end_lineno or node.lineno) - first + 1]
+        return node.col_offset, node.end_col_offset, *spanned
 
     return text
-
-
-def _segment(lines: list[str], node: ast.stmt) -> bytes:
-    """The source of `node`, which spans `lines` (its columns count UTF-8 bytes)."""
-    text = "\n".join(lines).encode()
-    return text[node.col_offset : len(text) - len(lines[-1].encode()) + (node.end_col_offset or 0)]
 
 
 def _is_try(node: ast.stmt) -> bool:

@@ -6,12 +6,14 @@ import ast
 import copy
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import CodeType
 
 from daifu.core.blocks import TRY, Path, annotate, child_blocks, shared_lines
+from daifu.core.changes import Change, derivable, run_reads, small_change
 from daifu.core.compiling import RUNTIME, compile_definition, place, qualified
+from daifu.core.reads import ModuleNames, module_names
 from daifu.core.rewrite import Flavour, Mode, Rewriter, Scope, number_finals
 from daifu.core.seedscope import SeedNames, body_definition, declared_body, seed_names
 from daifu.core.source import normalize, parse_function
@@ -32,7 +34,9 @@ class Version:
     first_lineno: int
     fdef: ast.FunctionDef
     scope: Scope
-    plain_code: CodeType
+    plain: CodeType | None
+    """The function compiled as written (`plain_code`); `None` until asked for, in a version
+    derived from an older one (`build_version(like=...)`)."""
     filename: str
     flags: int
     free_names: tuple[str, ...]
@@ -46,6 +50,41 @@ class Version:
     """The continuation that resumes at any statement (`Rewriter.anywhere`), once compiled."""
     points: dict[tuple[Path, Mode], int] = field(default_factory=dict)
     """The number of each resume point in `anywhere`."""
+    continuations: dict[tuple[Path, Mode, Flavour], CodeType] = field(default_factory=dict)
+    """Its continuations for one site, each compiled once (`Vaccine._continuation`); a refused
+    surgery's version takes its own with it."""
+    segments: dict[tuple[Path, Mode, tuple[str, ...]], CodeType | None] = field(default_factory=dict)
+    """Its segments (`Rewriter.segment`), by resume point and the locals present (`Vaccine._segment`)."""
+    change: Change | None = None
+    """How it differs from the version it was derived from (`build_version(like=...)`)."""
+    derived_reads: frozenset[str] | None = None
+    """The module names it reads, when derived from an older version (see `module_reads`)."""
+
+    @property
+    def plain_code(self) -> CodeType:
+        """The function compiled as written: its scope's source, and the check that it compiles
+        (`SyntaxError` if not). A derived version compiles it when first asked for."""
+        if self.plain is None:
+            self.plain = compile_definition(self.fdef, self.filename, self.flags, self.free_names)
+        return self.plain
+
+    @cached_property
+    def module_names(self) -> ModuleNames:
+        """What its code does with its module's names (`daifu.core.reads`)."""
+        return module_names(self.plain_code)
+
+    def module_reads(self) -> set[str]:
+        """The names it reads from its module and never assigns there."""
+        return set(self.derived_reads) if self.derived_reads is not None else self.module_names.read()
+
+    def holds_change(self, path: Path) -> bool:
+        """Whether code resuming at `path` holds every statement the change it was derived with
+        added (the code then compiles them before the run resumes): they are in the block resumed,
+        at or after the resume point. True for a version compiled as written."""
+        change = self.change
+        if self.plain is not None or change is None or not change.new:
+            return True
+        return change.block == path[:-1] and change.start >= path[-1]
 
     @cached_property
     def rewriter(self) -> Rewriter:
@@ -136,10 +175,8 @@ class Version:
 
     @cached_property
     def lines(self) -> list[str]:
-        """The source's lines as Python numbers them: split at line ends only (`str.splitlines` also
-        splits at form feeds and other separators, which would shift every later line). A source
-        without a carriage return is split by `str.split`, ten times as fast as the expression."""
-        return self.source.split("\n") if "\r" not in self.source else re.split(r"\r\n|\r|\n", self.source)
+        """The source's lines as Python numbers them (`source_lines`)."""
+        return source_lines(self.source)
 
     def line_text(self, lineno: int) -> str:
         """The text of file line `lineno`, as this version's source has it."""
@@ -152,6 +189,13 @@ class Version:
         lines = [self.line_text(number) for number in range(node.lineno, last + 1)]
         indent = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
         return "\n".join(line[indent:] for line in lines).rstrip()
+
+
+def source_lines(source: str) -> list[str]:
+    """`source`'s lines as Python numbers them: split at line ends only (`str.splitlines` also
+    splits at form feeds and other separators, which would shift every later line). A source
+    without a carriage return is split by `str.split`, ten times as fast as the expression."""
+    return source.split("\n") if "\r" not in source else re.split(r"\r\n|\r|\n", source)
 
 
 def _load(name: str) -> ast.Name:
@@ -211,6 +255,7 @@ def build_version(
     runtime: object = None,
     seed: bool = False,
     fast: bool = True,
+    like: Version | None = None,
 ) -> Version:
     """Parse, check and compile one source of the function; raises SyntaxError/ValueError if bad.
     `fast=False` leaves the vaccinated code (`Version.fast_code`) to be compiled when first asked for.
@@ -218,40 +263,76 @@ def build_version(
     `free_names` are the original function's free variables: the fast path has exactly those, so
     it can replace the original's code in place. `runtime` is what its `@rt` stands for. `seed`:
     compile the body of a function under the prototype's scope model (`daifu.core.seedscope`).
+    `like`: an older version of the function (same first line) this source may be a small change
+    of: when the change keeps its scope (`daifu.core.changes`), the new version takes its scope and
+    module reads from it, and compiles as written only when asked (`Version.plain_code`).
     """
     fdef = normalize(parse_function(source, first_lineno))
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise ValueError("the source defines an async function")
     annotate(fdef)
-    compiled, names = fdef, None
-    seed_declared: tuple[ast.stmt, ...] = ()
-    if seed:
-        names = seed_names(fdef, free_names)
-        compiled, seed_declared = declared_body(fdef, names)
-    plain_code = compile_definition(compiled, filename, flags, free_names)
-    if plain_code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        raise ValueError("the source defines a generator (it uses `yield` or `await`)")
     statements = _walk_function(fdef)
-    declared = seed_declared + tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
-    cells = set(plain_code.co_cellvars) | set(free_names)
     finals = number_finals(statements)
     loops, withs, nesting = _depths(fdef.body)
-    internal = (
-        ("@call",)
-        + tuple(f"@it{d}" for d in range(loops))
-        + tuple(name for d in range(withs) for name in (f"@cm{d}", f"@ex{d}"))
-        + tuple(name for k in range(finals) for name in (f"@fx{k}", f"@fp{k}"))
-    )
-    scope = Scope(
-        cell_names=tuple(sorted(cells)),
-        own_cells=tuple(sorted(set(plain_code.co_cellvars) - {"__class__"})),
-        plain_locals=tuple(n for n in plain_code.co_varnames if n not in cells) + internal,
-        declared=declared,
-        finals=finals,
-        receiver=_receiver(fdef, cells, seed),
-    )
-    version = Version(number, source, first_lineno, fdef, scope, plain_code, filename, flags, free_names, nesting,
-                      runtime, names, shared_lines(fdef))
+    derived = _derived(like, fdef, source, statements, finals) if like is not None and not seed else None
+    if derived is not None:
+        scope, change, reads = derived
+        version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names, nesting,
+                          runtime, None, shared_lines(fdef), change=change, derived_reads=reads)
+    else:
+        compiled, names = fdef, None
+        seed_declared: tuple[ast.stmt, ...] = ()
+        if seed:
+            names = seed_names(fdef, free_names)
+            compiled, seed_declared = declared_body(fdef, names)
+        plain_code = compile_definition(compiled, filename, flags, free_names)
+        if plain_code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            raise ValueError("the source defines a generator (it uses `yield` or `await`)")
+        declared = seed_declared + _declarations(statements)
+        cells = set(plain_code.co_cellvars) | set(free_names)
+        internal = (
+            ("@call",)
+            + tuple(f"@it{d}" for d in range(loops))
+            + tuple(name for d in range(withs) for name in (f"@cm{d}", f"@ex{d}"))
+            + tuple(name for k in range(finals) for name in (f"@fx{k}", f"@fp{k}"))
+        )
+        scope = Scope(
+            cell_names=tuple(sorted(cells)),
+            own_cells=tuple(sorted(set(plain_code.co_cellvars) - {"__class__"})),
+            plain_locals=tuple(n for n in plain_code.co_varnames if n not in cells) + internal,
+            declared=declared,
+            finals=finals,
+            receiver=_receiver(fdef, cells, seed),
+        )
+        version = Version(number, source, first_lineno, fdef, scope, plain_code, filename, flags, free_names,
+                          nesting, runtime, names, shared_lines(fdef))
     if fast:
         version.fast_code  # noqa: B018 - compiled now: its errors are the caller's to see
     return version
+
+
+def _declarations(statements: list[ast.stmt]) -> tuple[ast.stmt, ...]:
+    return tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
+
+
+def _derived(like: Version, fdef: ast.FunctionDef, source: str, statements: list[ast.stmt], finals: int
+             ) -> tuple[Scope, Change, frozenset[str]] | None:
+    """The scope, the change and the module reads of a new source `fdef` of the function, taken from
+    the older version `like` when the change keeps its scope (`daifu.core.changes`); else `None`.
+
+    The reads are `like`'s, but for those on the lines of the statements replaced, plus the new
+    statements' own: what the new function's bytecode would show, without compiling it (and the
+    names of new statements the compiler would drop as unreachable, `changes.run_reads`).
+    """
+    change = small_change(like.fdef, like.lines, fdef, source_lines(source), like.first_lineno)
+    if change is None:
+        return None
+    scope = like.scope
+    own = {name for name in scope.plain_locals if not name.startswith("@")} | set(scope.own_cells)
+    if not derivable(change, own) or finals != scope.finals:
+        return None
+    replaced = change.lines()
+    kept = {name for name, line in like.module_names.reads
+            if replaced is None or line is None or not replaced[0] <= line <= replaced[1]}
+    reads = (kept | run_reads(change, own | set(scope.cell_names))) - like.module_names.stored
+    return replace(scope, declared=_declarations(statements)), change, frozenset(reads)

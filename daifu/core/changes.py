@@ -1,0 +1,163 @@
+"""What a surgery changes, when it changes little: one run of simple statements of one block.
+
+Most surgeries replace a statement, or a few in a row, by others. When the statements replaced and
+those replacing them are simple (no block, no nested scope, no `global`, `nonlocal`, `yield` or
+`await`), and the new ones bind only the function's own locals (and bind every local the old ones
+did), the new function has the old one's scope: the same locals, cells and flags. The names it
+reads from its module are then the old function's, but for those the old run read, plus what the
+new run reads. A surgery's version learns both from the old version (`build_version(like=...)`)
+instead of compiling the whole new function before the run resumes; the new statements are
+compiled with the code the run resumes in (`Vaccine._prepare` checks that they are in it).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from daifu.core.blocks import COMPOUND, Path, child_blocks
+
+_NOT_SIMPLE = (
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+    ast.GeneratorExp, ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await, *COMPOUND,
+    ast.AsyncFor, ast.AsyncWith,
+)
+"""What makes a statement's change reach the function's scope, flags or blocks."""
+
+_ENDING = (ast.Raise, ast.Return, ast.Break, ast.Continue, ast.Assert)
+"""Statements after which the compiler may drop the rest of their block as unreachable."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """Statements `old` of the old version, replaced by `new`, in the block at `block` (a path's
+    prefix: alternating positions and field names, `()` for the body), from position `start`."""
+
+    block: Path
+    start: int
+    old: list[ast.stmt]
+    new: list[ast.stmt]
+
+    def lines(self) -> tuple[int, int] | None:
+        """The file lines the old statements span (first, last); `None` when there are none."""
+        if not self.old:
+            return None
+        return self.old[0].lineno, self.old[-1].end_lineno or self.old[-1].lineno
+
+
+def small_change(old_fdef: ast.FunctionDef, old_lines: list[str], new_fdef: ast.FunctionDef,
+                 new_lines: list[str], first_lineno: int) -> Change | None:
+    """The run of statements that differs between two versions of a function (their trees and
+    source lines, both starting at file line `first_lineno`), when one run of one block holds the
+    whole difference; `None` when the difference is elsewhere or wider (a header, a clause, the
+    signature, statements of two blocks)."""
+    prefix = 0
+    shortest = min(len(old_lines), len(new_lines))
+    while prefix < shortest and old_lines[prefix] == new_lines[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < shortest - prefix and old_lines[-1 - suffix] == new_lines[-1 - suffix]:
+        suffix += 1
+    low = first_lineno + prefix
+    old_run = _run(old_fdef, low, first_lineno + len(old_lines) - suffix)
+    new_run = _run(new_fdef, low, first_lineno + len(new_lines) - suffix)
+    if old_run is None or new_run is None:
+        return None
+    (old_block, old_start, old_statements), (new_block, new_start, new_statements) = old_run, new_run
+    if old_statements and new_statements and (old_block, old_start) != (new_block, new_start):
+        return None
+    block, start = (old_block, old_start) if old_statements else (new_block, new_start)
+    if not old_statements and not new_statements:
+        return Change((), 0, [], [])  # only comments or blank lines differ
+    if not (_holds(old_fdef, block, start, len(old_statements)) and _holds(new_fdef, block, start, len(new_statements))):
+        return None
+    return Change(block, start, old_statements, new_statements)
+
+
+def _run(fdef: ast.FunctionDef, low: int, high: int) -> tuple[Path, int, list[ast.stmt]] | None:
+    """The statements overlapping file lines [low, high): their block's path, the position of the
+    first, and the statements; `None` when the lines reach a compound statement's header or clause
+    lines, or the lines before the body. An empty range has no statements (its block is the
+    other version's)."""
+    if high <= low:
+        return (), 0, []
+    block: list[ast.stmt] = fdef.body
+    if not block or low < block[0].lineno:
+        return None
+    path: Path = ()
+    while True:
+        hits = [i for i, s in enumerate(block) if s.lineno < high and (s.end_lineno or s.lineno) >= low]
+        if not hits:
+            return path, sum(1 for s in block if s.lineno < low), []
+        first, last = hits[0], hits[-1]
+        node = block[first]
+        if first != last or not isinstance(node, COMPOUND):
+            return _alone(block, first, last, path)
+        inside = [(name, child) for name, child in child_blocks(node)
+                  if child and child[0].lineno <= low and high - 1 <= (child[-1].end_lineno or child[-1].lineno)]
+        if len(inside) != 1:
+            return None
+        name, block = inside[0]
+        path = path + (first, name)
+
+
+def _alone(block: list[ast.stmt], first: int, last: int, path: Path) -> tuple[Path, int, list[ast.stmt]] | None:
+    """Statements `first` to `last` of `block`, unless a statement outside them shares a line with them."""
+    run = block[first : last + 1]
+    if first > 0 and (block[first - 1].end_lineno or 0) >= run[0].lineno:
+        return None
+    if last + 1 < len(block) and block[last + 1].lineno <= (run[-1].end_lineno or run[-1].lineno):
+        return None
+    return path, first, run
+
+
+def _holds(fdef: ast.FunctionDef, block: Path, start: int, count: int) -> bool:
+    """Whether `fdef` has a block at `block` with statements `start` to `start + count`."""
+    statements: list[ast.stmt] = fdef.body
+    for position in range(0, len(block), 2):
+        index, name = block[position], block[position + 1]
+        if index >= len(statements):
+            return False
+        found = dict(child_blocks(statements[index])).get(name)
+        if found is None:
+            return False
+        statements = found
+    return start + count <= len(statements)
+
+
+def derivable(change: Change, locals_: set[str]) -> bool:
+    """Whether a version with `change` can be derived from the old one: its statements are simple,
+    the new ones bind only names in `locals_` (the old function's own locals, cells included) and
+    every name the old ones bound, so the scope is the old one; and the old ones end nothing (no
+    `raise`, `return`, `break`, `continue` or `assert`), so no statement the compiler dropped from
+    the old code as unreachable comes back to life, with reads the old code does not show."""
+    if any(isinstance(statement, _ENDING) for statement in change.old):
+        return False
+    old_bound: set[str] = set()
+    new_bound: set[str] = set()
+    for statements, bound in ((change.old, old_bound), (change.new, new_bound)):
+        for statement in statements:
+            for node in ast.walk(statement):
+                if isinstance(node, _NOT_SIMPLE):
+                    return False
+                if isinstance(node, ast.Name):
+                    if node.id in ("super", "__class__"):
+                        return False  # zero-argument `super()` gives a method its `__class__` cell
+                    if not isinstance(node.ctx, ast.Load):
+                        bound.add(node.id)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return new_bound <= locals_ and old_bound <= new_bound
+
+
+def run_reads(change: Change, locals_: set[str]) -> set[str]:
+    """The names the new statements of a derivable `change` read from the module: every name they
+    load that is not one of the function's `locals_` (cells and closure variables included). Those
+    of a statement the compiler drops as unreachable are among them: the reads of a derived version
+    may hold more names than its code reads, never fewer."""
+    return {
+        node.id
+        for statement in change.new
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in locals_
+    }
