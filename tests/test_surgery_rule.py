@@ -10,7 +10,10 @@ import textwrap
 
 import pytest
 
-from daifu.core.blocks import locate, node_at, path_of
+from daifu.core.blocks import Path, annotate, child_blocks, locate, node_at, path_of
+from daifu.core.rewrite import number_finals
+from daifu.core.source import normalize, parse_function
+from daifu.core.splice import splice
 from daifu.core.surgery import SurgeryRefused, refusals, resume_path
 from daifu.core.version import Version, build_version
 from tests.programgen import ProgramGenerator
@@ -272,3 +275,70 @@ def test_a_surgery_replacing_a_raise_is_compiled_the_code_after_it_comes_back() 
     old = "def f(xs):\n    for x in xs:\n        raise ValueError(x)\n        x = scale * x\n"
     got, expected = _derive(old, old.replace("raise ValueError(x)", "pass"))
     assert got.plain is not None and "scale" in expected.module_reads()
+
+
+def _stamped(fdef: ast.FunctionDef) -> list[tuple[int, Path, int | None]]:
+    """Each statement of the function's own blocks: its line, stamped path and `try ... finally` number."""
+    found, todo = [], list(fdef.body)
+    while todo:
+        statement = todo.pop()
+        found.append((statement.lineno, path_of(statement), getattr(statement, "_daifu_final", None)))
+        todo += [s for _name, block in child_blocks(statement) for s in block]
+    return sorted(found)
+
+
+def test_a_tree_spliced_from_the_old_one_is_the_tree_parsing_gives_and_leaves_the_old_one_alone() -> None:
+    """Differential: for one-line surgeries of generated functions, the new tree built by splicing
+    the changed statements into the old tree (`daifu.core.splice`) must equal, positions and
+    stamped paths included, the tree parsing the new source gives; the old tree must not change."""
+    rng = random.Random(3)
+    spliced = 0
+    for seed in range(150):
+        source = ProgramGenerator(seed).source()
+        old = build_version(0, source, 1, "g.py", 0, (), fast=False)
+        before = ast.dump(old.fdef, include_attributes=True), _stamped(old.fdef)
+        for new_source in _edits(source, rng)[::3]:  # the edits that replace a line
+            found = splice(old.fdef, old.lines, new_source.split("\n"), 1)
+            if found is None:
+                continue
+            spliced += 1
+            try:
+                parsed = normalize(parse_function(new_source, 1))
+            except SyntaxError:
+                raise AssertionError(f"spliced a source that does not parse:\n{new_source}") from None
+            annotate(parsed)
+            number_finals([s for _l, p, _f in _stamped(parsed) for s in [node_at(parsed, p)]])
+            assert ast.dump(found[0], include_attributes=True) == ast.dump(parsed, include_attributes=True), new_source
+            assert _stamped(found[0]) == _stamped(parsed)
+        assert (ast.dump(old.fdef, include_attributes=True), _stamped(old.fdef)) == before
+    assert spliced > 200, spliced
+
+
+def test_a_splice_ending_a_block_ends_the_statements_around_it_where_it_ends() -> None:
+    old = "def f(xs):\n    for x in xs:\n        try:\n            g(x)\n        finally:\n            h(x)\n"
+    new = old.replace("h(x)", "h(x, retries=3)")
+    found = splice(build_version(0, old, 1, "t.py", 0, (), fast=False).fdef, old.split("\n"), new.split("\n"), 1)
+    assert found is not None
+    loop = found[0].body[0]
+    assert (loop.end_lineno, loop.end_col_offset) == (6, len("            h(x, retries=3)"))
+    assert (found[0].end_lineno, found[0].end_col_offset) == (6, len("            h(x, retries=3)"))
+
+
+@pytest.mark.parametrize("new_line", [
+    "            x = (1,",  # opens what the next lines do not close
+    "            a = 1; b = 2",  # two statements for one
+    "            if x: pass",  # a compound statement
+])
+def test_a_change_that_is_not_line_for_line_is_parsed_whole(new_line: str) -> None:
+    old = "def f(xs):\n    for x in xs:\n        y = x\n        g(y)\n    return xs\n"
+    new = old.replace("        g(y)", new_line[4:])
+    assert splice(build_version(0, old, 1, "t.py", 0, (), fast=False).fdef, old.split("\n"), new.split("\n"), 1) is None
+
+
+def test_statements_spliced_together_each_have_their_place() -> None:
+    old = "def f(xs):\n    for x in xs:\n        y = x\n        g(y)\n    return xs\n"
+    new = old.replace("        y = x\n        g(y)\n", "        y = x + 1\n        g(y, 2)\n")
+    found = splice(build_version(0, old, 1, "t.py", 0, (), fast=False).fdef, old.split("\n"), new.split("\n"), 1)
+    assert found is not None
+    assert [path_of(s) for s in found[0].body[0].body] == [(0, "body", 0), (0, "body", 1)]
+    assert [ast.unparse(s) for s in found[1].new] == ["y = x + 1", "g(y, 2)"]

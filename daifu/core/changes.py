@@ -51,16 +51,9 @@ def small_change(old_fdef: ast.FunctionDef, old_lines: list[str], new_fdef: ast.
     source lines, both starting at file line `first_lineno`), when one run of one block holds the
     whole difference; `None` when the difference is elsewhere or wider (a header, a clause, the
     signature, statements of two blocks)."""
-    prefix = 0
-    shortest = min(len(old_lines), len(new_lines))
-    while prefix < shortest and old_lines[prefix] == new_lines[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < shortest - prefix and old_lines[-1 - suffix] == new_lines[-1 - suffix]:
-        suffix += 1
-    low = first_lineno + prefix
-    old_run = _run(old_fdef, low, first_lineno + len(old_lines) - suffix)
-    new_run = _run(new_fdef, low, first_lineno + len(new_lines) - suffix)
+    low, old_high, new_high = changed_lines(old_lines, new_lines, first_lineno)
+    old_run = statements_at(old_fdef, low, old_high)
+    new_run = statements_at(new_fdef, low, new_high)
     if old_run is None or new_run is None:
         return None
     (old_block, old_start, old_statements), (new_block, new_start, new_statements) = old_run, new_run
@@ -74,7 +67,22 @@ def small_change(old_fdef: ast.FunctionDef, old_lines: list[str], new_fdef: ast.
     return Change(block, start, old_statements, new_statements)
 
 
-def _run(fdef: ast.FunctionDef, low: int, high: int) -> tuple[Path, int, list[ast.stmt]] | None:
+def changed_lines(old_lines: list[str], new_lines: list[str], first_lineno: int) -> tuple[int, int, int]:
+    """Where two sources starting at file line `first_lineno` differ: the first differing file
+    line, and the end (exclusive) of the differing lines in the old and in the new source, after
+    the longest common beginning and end."""
+    prefix = 0
+    shortest = min(len(old_lines), len(new_lines))
+    while prefix < shortest and old_lines[prefix] == new_lines[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < shortest - prefix and old_lines[-1 - suffix] == new_lines[-1 - suffix]:
+        suffix += 1
+    low = first_lineno + prefix
+    return low, first_lineno + len(old_lines) - suffix, first_lineno + len(new_lines) - suffix
+
+
+def statements_at(fdef: ast.FunctionDef, low: int, high: int) -> tuple[Path, int, list[ast.stmt]] | None:
     """The statements overlapping file lines [low, high): their block's path, the position of the
     first, and the statements; `None` when the lines reach a compound statement's header or clause
     lines, or the lines before the body. An empty range has no statements (its block is the

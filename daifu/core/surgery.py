@@ -264,6 +264,8 @@ def _contains(block: list[ast.stmt], wanted: set[int], key: Callable[[ast.stmt],
 
 
 def _map_index(old_keys: list[int], new_keys: list[int], index: int) -> int | None:
+    if old_keys == new_keys:  # what the matcher finds, without it: the block around a change is the same
+        return index
     matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if i1 <= index < i2 and (tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1)):
@@ -330,6 +332,8 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
     if steps:
         new_path += steps
         new_block, new_keys = inner, [new_statement(s) for s in inner]
+    if old_keys == new_keys:
+        return tuple(new_path + [index]), True, finals
     matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
     for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
         if tag != "equal" and i1 <= index:

@@ -17,6 +17,7 @@ from daifu.core.reads import ModuleNames, module_names
 from daifu.core.rewrite import Flavour, Mode, Rewriter, Scope, number_finals
 from daifu.core.seedscope import SeedNames, body_definition, declared_body, seed_names
 from daifu.core.source import normalize, parse_function
+from daifu.core.splice import shared_after, splice
 
 
 @dataclass
@@ -267,45 +268,62 @@ def build_version(
     of: when the change keeps its scope (`daifu.core.changes`), the new version takes its scope and
     module reads from it, and compiles as written only when asked (`Version.plain_code`).
     """
-    fdef = normalize(parse_function(source, first_lineno))
-    if isinstance(fdef, ast.AsyncFunctionDef):
-        raise ValueError("the source defines an async function")
+    lines = source_lines(source)
+    derivable_from = like if like is not None and not seed else None
+    spliced = splice(derivable_from.fdef, derivable_from.lines, lines, first_lineno) if derivable_from is not None else None
+    if spliced is not None:
+        fdef, change = spliced
+        reads = _derived_reads(derivable_from, change) if derivable_from is not None else None
+        if derivable_from is not None and reads is not None:  # nothing to walk: the blocks are the old ones
+            version = Version(number, source, first_lineno, fdef, derivable_from.scope, None, filename, flags,
+                              free_names, derivable_from.nesting, runtime, None,
+                              shared_after(derivable_from.shared_lines, change), change=change, derived_reads=reads)
+            return _finished(version, fast)
+    else:
+        fdef = normalize(parse_function(source, first_lineno))
+        if isinstance(fdef, ast.AsyncFunctionDef):
+            raise ValueError("the source defines an async function")
     annotate(fdef)
     statements = _walk_function(fdef)
     finals = number_finals(statements)
     loops, withs, nesting = _depths(fdef.body)
-    derived = _derived(like, fdef, source, statements, finals) if like is not None and not seed else None
-    if derived is not None:
-        scope, change, reads = derived
-        version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names, nesting,
-                          runtime, None, shared_lines(fdef), change=change, derived_reads=reads)
-    else:
-        compiled, names = fdef, None
-        seed_declared: tuple[ast.stmt, ...] = ()
-        if seed:
-            names = seed_names(fdef, free_names)
-            compiled, seed_declared = declared_body(fdef, names)
-        plain_code = compile_definition(compiled, filename, flags, free_names)
-        if plain_code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-            raise ValueError("the source defines a generator (it uses `yield` or `await`)")
-        declared = seed_declared + _declarations(statements)
-        cells = set(plain_code.co_cellvars) | set(free_names)
-        internal = (
-            ("@call",)
-            + tuple(f"@it{d}" for d in range(loops))
-            + tuple(name for d in range(withs) for name in (f"@cm{d}", f"@ex{d}"))
-            + tuple(name for k in range(finals) for name in (f"@fx{k}", f"@fp{k}"))
-        )
-        scope = Scope(
-            cell_names=tuple(sorted(cells)),
-            own_cells=tuple(sorted(set(plain_code.co_cellvars) - {"__class__"})),
-            plain_locals=tuple(n for n in plain_code.co_varnames if n not in cells) + internal,
-            declared=declared,
-            finals=finals,
-            receiver=_receiver(fdef, cells, seed),
-        )
-        version = Version(number, source, first_lineno, fdef, scope, plain_code, filename, flags, free_names,
-                          nesting, runtime, names, shared_lines(fdef))
+    if derivable_from is not None and spliced is None:
+        small = small_change(derivable_from.fdef, derivable_from.lines, fdef, lines, first_lineno)
+        reads = _derived_reads(derivable_from, small) if small is not None else None
+        if small is not None and reads is not None:
+            scope = replace(derivable_from.scope, declared=_declarations(statements))
+            version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names, nesting,
+                              runtime, None, shared_lines(fdef), change=small, derived_reads=reads)
+            return _finished(version, fast)
+    compiled, names = fdef, None
+    seed_declared: tuple[ast.stmt, ...] = ()
+    if seed:
+        names = seed_names(fdef, free_names)
+        compiled, seed_declared = declared_body(fdef, names)
+    plain_code = compile_definition(compiled, filename, flags, free_names)
+    if plain_code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        raise ValueError("the source defines a generator (it uses `yield` or `await`)")
+    cells = set(plain_code.co_cellvars) | set(free_names)
+    internal = (
+        ("@call",)
+        + tuple(f"@it{d}" for d in range(loops))
+        + tuple(name for d in range(withs) for name in (f"@cm{d}", f"@ex{d}"))
+        + tuple(name for k in range(finals) for name in (f"@fx{k}", f"@fp{k}"))
+    )
+    scope = Scope(
+        cell_names=tuple(sorted(cells)),
+        own_cells=tuple(sorted(set(plain_code.co_cellvars) - {"__class__"})),
+        plain_locals=tuple(n for n in plain_code.co_varnames if n not in cells) + internal,
+        declared=seed_declared + _declarations(statements),
+        finals=finals,
+        receiver=_receiver(fdef, cells, seed),
+    )
+    version = Version(number, source, first_lineno, fdef, scope, plain_code, filename, flags, free_names,
+                      nesting, runtime, names, shared_lines(fdef))
+    return _finished(version, fast)
+
+
+def _finished(version: Version, fast: bool) -> Version:
     if fast:
         version.fast_code  # noqa: B018 - compiled now: its errors are the caller's to see
     return version
@@ -315,24 +333,19 @@ def _declarations(statements: list[ast.stmt]) -> tuple[ast.stmt, ...]:
     return tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
 
 
-def _derived(like: Version, fdef: ast.FunctionDef, source: str, statements: list[ast.stmt], finals: int
-             ) -> tuple[Scope, Change, frozenset[str]] | None:
-    """The scope, the change and the module reads of a new source `fdef` of the function, taken from
-    the older version `like` when the change keeps its scope (`daifu.core.changes`); else `None`.
+def _derived_reads(like: Version, change: Change) -> frozenset[str] | None:
+    """The module names a new source of the function reads, taken from the older version `like`
+    when the `change` between them keeps its scope (`daifu.core.changes`); else `None`.
 
-    The reads are `like`'s, but for those on the lines of the statements replaced, plus the new
+    They are `like`'s, but for those on the lines of the statements replaced, plus the new
     statements' own: what the new function's bytecode would show, without compiling it (and the
     names of new statements the compiler would drop as unreachable, `changes.run_reads`).
     """
-    change = small_change(like.fdef, like.lines, fdef, source_lines(source), like.first_lineno)
-    if change is None:
-        return None
     scope = like.scope
     own = {name for name in scope.plain_locals if not name.startswith("@")} | set(scope.own_cells)
-    if not derivable(change, own) or finals != scope.finals:
+    if not derivable(change, own):
         return None
     replaced = change.lines()
     kept = {name for name, line in like.module_names.reads
             if replaced is None or line is None or not replaced[0] <= line <= replaced[1]}
-    reads = (kept | run_reads(change, own | set(scope.cell_names))) - like.module_names.stored
-    return replace(scope, declared=_declarations(statements)), change, frozenset(reads)
+    return frozenset((kept | run_reads(change, own | set(scope.cell_names))) - like.module_names.stored)
