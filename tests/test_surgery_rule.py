@@ -328,6 +328,7 @@ def test_a_splice_ending_a_block_ends_the_statements_around_it_where_it_ends() -
     "            x = (1,",  # opens what the next lines do not close
     "            a = 1; b = 2",  # two statements for one
     "            if x: pass",  # a compound statement
+    "        \tg(y)",  # a tab where the function indents with spaces
 ])
 def test_a_change_that_is_not_line_for_line_is_parsed_whole(new_line: str) -> None:
     old = "def f(xs):\n    for x in xs:\n        y = x\n        g(y)\n    return xs\n"

@@ -36,7 +36,10 @@ def splice(old_fdef: ast.FunctionDef, old_lines: list[str], new_lines: list[str]
     first, last = old[0].lineno, old[-1].end_lineno or old[-1].lineno
     if any(isinstance(s, COMPOUND) for s in old) or first > low or last < old_high - 1:
         return None
-    new = _statements(new_lines[first - first_lineno : last - first_lineno + 1], first)
+    region = new_lines[first - first_lineno : last - first_lineno + 1]
+    if _indentation(region) != _indentation(old_lines[first - first_lineno : last - first_lineno + 1]):
+        return None  # tabs where spaces were, or the other way: the whole source may not parse
+    new = _statements(region, first)
     if new is None or len(new) != len(old) or any(isinstance(s, COMPOUND) for s in new):
         return None
     for offset, statement in enumerate(new):
@@ -66,6 +69,12 @@ def _statements(lines: list[str], first: int) -> list[ast.stmt] | None:
         return None
     header = module.body[0] if len(module.body) == 1 else None
     return header.body if isinstance(header, ast.If) else None
+
+
+def _indentation(lines: list[str]) -> set[str]:
+    """The characters that indent `lines` (their own indentation parses alone, not necessarily
+    beside the lines around them when it mixes tabs and spaces differently)."""
+    return {char for line in lines if line.strip() for char in line[: len(line) - len(line.lstrip())]}
 
 
 def _end(node: Any, old_end: tuple[Any, Any], new_end: tuple[Any, Any]) -> None:
