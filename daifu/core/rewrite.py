@@ -274,12 +274,17 @@ class Rewriter:
     innermost resumed loop still has to receive what the flavour adds.
     """
 
-    def __init__(self, scope: Scope, flavour: Flavour = Flavour.PLAIN) -> None:
+    def __init__(self, scope: Scope, flavour: Flavour = Flavour.PLAIN, forms_of: Rewriter | None = None) -> None:
         self.scope = scope
         self.flavour = flavour
         self._flavoured = False
         self._prologue: list[ast.stmt] | None = None
         self._statements: dict[tuple[int, _Depth], list[ast.stmt]] = {}
+        if forms_of is not None and forms_of.scope is scope and forms_of.flavour is flavour:
+            # A version sharing most of its tree with an older one, and its scope (`daifu.core.splice`):
+            # the forms of the statements they share are the same. Keyed by node identity, and the
+            # older tree lives on with its version, so no key can name another node.
+            self._statements = dict(forms_of._statements)
         self._segment: _Segment | None = None
 
     # -- catchers -------------------------------------------------------------------------

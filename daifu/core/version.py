@@ -60,6 +60,9 @@ class Version:
     """How it differs from the version it was derived from (`build_version(like=...)`)."""
     derived_reads: frozenset[str] | None = None
     """The module names it reads, when derived from an older version (see `module_reads`)."""
+    inherited: Version | None = field(default=None, repr=False, compare=False)
+    """The older version whose tree it shares but for the statements spliced in (`daifu.core.splice`),
+    with the same scope: its rewriter starts with the forms that version's built (`Rewriter`)."""
 
     @property
     def plain_code(self) -> CodeType:
@@ -91,7 +94,7 @@ class Version:
     def rewriter(self) -> Rewriter:
         """The rewriter of the fast path and the plain continuations: the statements' forms it
         builds are what all of them are made of, so each is built once per version (`Rewriter.statement`)."""
-        return Rewriter(self.scope)
+        return Rewriter(self.scope, forms_of=self.inherited.rewriter if self.inherited is not None else None)
 
     @cached_property
     def fast_code(self) -> CodeType:
@@ -277,7 +280,8 @@ def build_version(
         if derivable_from is not None and reads is not None:  # nothing to walk: the blocks are the old ones
             version = Version(number, source, first_lineno, fdef, derivable_from.scope, None, filename, flags,
                               free_names, derivable_from.nesting, runtime, None,
-                              shared_after(derivable_from.shared_lines, change), change=change, derived_reads=reads)
+                              shared_after(derivable_from.shared_lines, change), change=change, derived_reads=reads,
+                              inherited=derivable_from)
             return _finished(version, fast)
     else:
         fdef = normalize(parse_function(source, first_lineno))
