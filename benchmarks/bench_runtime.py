@@ -9,7 +9,8 @@ each (CPU time); (3) restore
 time — from the exception to execution resuming — for Retry, Action and Surgery decided by a
 policy on the 100-line training function, at the first crash at a site and at a repeated one (a
 surgery resumes in a segment, the rest of the interrupted iteration: what it compiles when that
-iteration ends is shown beside it), the memory a first crash leaves behind, and for a ~1,000-line function, vaccination and restore times;
+iteration ends is shown beside it; three surgeries: a one-line fix, one adding a line, one binding
+a new local), the memory a first crash leaves behind, and for a ~1,000-line function, vaccination and restore times;
 (4) what the same recovery costs by restarting from the last checkpoint (new process, import,
 rebuild, load, redo the lost steps), and the ratio.
 """
@@ -240,7 +241,13 @@ def restore_times(runs: int, crash_step: int, switches: list[float]) -> dict[str
     decisions = {
         "Retry": lambda crash: daifu.Retry(),
         "Action": lambda crash: daifu.Action("clip = 2.0"),
+        # A one-line fix (its tree spliced into the old one), one that adds a line (parsed whole, its
+        # scope the old one's), one that binds a new local (parsed and compiled whole).
         "Surgery": lambda crash: daifu.Surgery(source.replace("            fault(step)\n", "            pass\n")),
+        "Surgery +line": lambda crash: daifu.Surgery(
+            source.replace("            fault(step)\n", "            pass\n            pass\n")),
+        "Surgery +local": lambda crash: daifu.Surgery(
+            source.replace("            fault(step)\n", "            skipped = step\n")),
     }
     results: dict[str, list[float]] = {}
     for name, policy in decisions.items():
@@ -255,7 +262,7 @@ def restore_times(runs: int, crash_step: int, switches: list[float]) -> dict[str
                     timed_switches(fn, switches)
                 fn(model, optimizer, data, 1, FaultAt(crash_step % 16))
                 durations.append(RUN.history[-1]["duration_ms"])
-            if name == "Surgery" and temperature == "warm":
+            if name.startswith("Surgery") and temperature == "warm":
                 continue  # a surgery installs a new version: every surgery is a first
             results[f"{name} ({temperature})"] = durations
     daifu.set_policy(None)
@@ -380,7 +387,7 @@ def main() -> None:
     restore = restore_times(5 if options.quick else 20, crash_step, switches)
     print("\nrestore time, exception to resume (ms), 100-line training function:")
     for name, values in restore.items():
-        print(f"  {name:<16} median {statistics.median(values):7.3f}   min {min(values):7.3f}   max {max(values):7.3f}")
+        print(f"  {name:<22} median {statistics.median(values):7.3f}   min {min(values):7.3f}   max {max(values):7.3f}")
     print(f"  then, as the interrupted iteration ends, the surgery's switch compiles the rest of the call and "
           f"the fast path: median {statistics.median(switches):.3f} ms CPU ({len(switches)} switches)")
     first_crash_memory()
@@ -389,7 +396,7 @@ def main() -> None:
     base = statistics.median(baseline)
     print(f"\ncheckpoint-retry (restart, import, rebuild, load, redo {crash_step % every} steps): median {base:.2f} s")
     for name, values in restore.items():
-        print(f"  in situ {name:<16} is {base * 1e3 / statistics.median(values):,.0f}x faster")
+        print(f"  in situ {name:<22} is {base * 1e3 / statistics.median(values):,.0f}x faster")
 
 
 if __name__ == "__main__":

@@ -216,8 +216,12 @@ def _same(got: Version, expected: Version, source: str) -> None:
     assert [ast.dump(d) for d in ours.declared] == [ast.dump(d) for d in theirs.declared]
     # Never fewer names than the compiler reads; more only for code it drops as unreachable
     # (`raise ValueError(2)` then a new statement): names the new source does read.
-    read = {n.id for n in ast.walk(got.fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    loads = [n for n in ast.walk(got.fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    read = {n.id for n in loads}
     assert expected.module_reads() <= got.module_reads() <= expected.module_reads() | read, source
+    # The same with each read's line, which the next surgery's derivation goes by.
+    lines, ours_lines = set(expected.module_names.reads), set(got.module_names.reads)
+    assert lines <= ours_lines <= lines | {(n.id, n.lineno) for n in loads}, source
     assert got.plain_code.co_varnames == expected.plain_code.co_varnames
 
 
@@ -343,3 +347,15 @@ def test_statements_spliced_together_each_have_their_place() -> None:
     assert found is not None
     assert [path_of(s) for s in found[0].body[0].body] == [(0, "body", 0), (0, "body", 1)]
     assert [ast.unparse(s) for s in found[1].new] == ["y = x + 1", "g(y, 2)"]
+
+
+def test_a_surgery_of_a_derived_version_compiles_neither() -> None:
+    old = "def f(xs):\n    total = 0\n    for x in xs:\n        total += math.floor(x)\n    return total\n"
+    first = build_version(0, old, 1, "t.py", 0, (), fast=False)
+    second_source = old.replace("math.floor(x)", "math.ceil(x)")
+    second = build_version(1, second_source, 1, "t.py", 0, (), fast=False, like=first)
+    third_source = second_source.replace("        total += math.ceil(x)\n", "        total += math.ceil(x)\n        total -= shift\n")
+    third = build_version(2, third_source, 1, "t.py", 0, (), fast=False, like=second)
+    assert third.module_reads() == {"math", "shift"}
+    assert (second.plain, third.plain) == (None, None)
+    assert third.module_reads() == build_version(2, third_source, 1, "t.py", 0, (), fast=False).module_reads()

@@ -31,12 +31,15 @@ _ENDING = (ast.Raise, ast.Return, ast.Break, ast.Continue, ast.Assert)
 @dataclass(frozen=True)
 class Change:
     """Statements `old` of the old version, replaced by `new`, in the block at `block` (a path's
-    prefix: alternating positions and field names, `()` for the body), from position `start`."""
+    prefix: alternating positions and field names, `()` for the body), from position `start`.
+    `end`: the first line of the old source after the lines that differ; from there on, its lines
+    are the new source's, moved by the difference in length."""
 
     block: Path
     start: int
     old: list[ast.stmt]
     new: list[ast.stmt]
+    end: int
 
     def lines(self) -> tuple[int, int] | None:
         """The file lines the old statements span (first, last); `None` when there are none."""
@@ -61,10 +64,10 @@ def small_change(old_fdef: ast.FunctionDef, old_lines: list[str], new_fdef: ast.
         return None
     block, start = (old_block, old_start) if old_statements else (new_block, new_start)
     if not old_statements and not new_statements:
-        return Change((), 0, [], [])  # only comments or blank lines differ
+        return Change((), 0, [], [], old_high)  # only comments or blank lines differ
     if not (_holds(old_fdef, block, start, len(old_statements)) and _holds(new_fdef, block, start, len(new_statements))):
         return None
-    return Change(block, start, old_statements, new_statements)
+    return Change(block, start, old_statements, new_statements, old_high)
 
 
 def changed_lines(old_lines: list[str], new_lines: list[str], first_lineno: int) -> tuple[int, int, int]:
@@ -158,14 +161,14 @@ def derivable(change: Change, locals_: set[str]) -> bool:
     return new_bound <= locals_ and old_bound <= new_bound
 
 
-def run_reads(change: Change, locals_: set[str]) -> set[str]:
-    """The names the new statements of a derivable `change` read from the module: every name they
-    load that is not one of the function's `locals_` (cells and closure variables included). Those
-    of a statement the compiler drops as unreachable are among them: the reads of a derived version
-    may hold more names than its code reads, never fewer."""
-    return {
-        node.id
+def run_reads(change: Change, locals_: set[str]) -> tuple[tuple[str, int | None], ...]:
+    """The names the new statements of a derivable `change` read from the module, with their lines:
+    every name they load that is not one of the function's `locals_` (cells and closure variables
+    included). Those of a statement the compiler drops as unreachable are among them: the reads of
+    a derived version may hold more names than its code reads, never fewer."""
+    return tuple(
+        (node.id, node.lineno)
         for statement in change.new
         for node in ast.walk(statement)
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in locals_
-    }
+    )

@@ -28,7 +28,7 @@ def splice(old_fdef: ast.FunctionDef, old_lines: list[str], new_lines: list[str]
         return None
     low, old_high, _new_high = changed_lines(old_lines, new_lines, first_lineno)
     if low == old_high:
-        return copy.copy(old_fdef), Change((), 0, [], [])
+        return copy.copy(old_fdef), Change((), 0, [], [], old_high)
     found = statements_at(old_fdef, low, old_high)
     if found is None or not found[2]:
         return None
@@ -56,7 +56,7 @@ def splice(old_fdef: ast.FunctionDef, old_lines: list[str], new_lines: list[str]
         _end(holder, old_end, new_end)
         name = block[position + 1]
     _own_list(holder, name, old_end, new_end)[start : start + len(old)] = new
-    return fdef, Change(block, start, old, new)
+    return fdef, Change(block, start, old, new, old_high)
 
 
 def _statements(lines: list[str], first: int) -> list[ast.stmt] | None:

@@ -58,8 +58,8 @@ class Version:
     """Its segments (`Rewriter.segment`), by resume point and the locals present (`Vaccine._segment`)."""
     change: Change | None = None
     """How it differs from the version it was derived from (`build_version(like=...)`)."""
-    derived_reads: frozenset[str] | None = None
-    """The module names it reads, when derived from an older version (see `module_reads`)."""
+    derived_names: ModuleNames | None = None
+    """What it does with its module's names, when derived from an older version (`module_names`)."""
     inherited: Version | None = field(default=None, repr=False, compare=False)
     """The older version whose tree it shares but for the statements spliced in (`daifu.core.splice`),
     with the same scope: its rewriter starts with the forms that version's built (`Rewriter`)."""
@@ -74,12 +74,14 @@ class Version:
 
     @cached_property
     def module_names(self) -> ModuleNames:
-        """What its code does with its module's names (`daifu.core.reads`)."""
-        return module_names(self.plain_code)
+        """What its code does with its module's names (`daifu.core.reads`): read from its compiled
+        code, or for a derived version from the older one's (`_derived_names`), so that a surgery
+        of a surgery compiles nothing more either."""
+        return self.derived_names if self.derived_names is not None else module_names(self.plain_code)
 
     def module_reads(self) -> set[str]:
         """The names it reads from its module and never assigns there."""
-        return set(self.derived_reads) if self.derived_reads is not None else self.module_names.read()
+        return self.module_names.read()
 
     def holds_change(self, path: Path) -> bool:
         """Whether code resuming at `path` holds every statement the change it was derived with
@@ -276,11 +278,11 @@ def build_version(
     spliced = splice(derivable_from.fdef, derivable_from.lines, lines, first_lineno) if derivable_from is not None else None
     if spliced is not None:
         fdef, change = spliced
-        reads = _derived_reads(derivable_from, change) if derivable_from is not None else None
-        if derivable_from is not None and reads is not None:  # nothing to walk: the blocks are the old ones
+        derived = _derived_names(derivable_from, change, 0) if derivable_from is not None else None
+        if derivable_from is not None and derived is not None:  # nothing to walk: the blocks are the old ones
             version = Version(number, source, first_lineno, fdef, derivable_from.scope, None, filename, flags,
                               free_names, derivable_from.nesting, runtime, None,
-                              shared_after(derivable_from.shared_lines, change), change=change, derived_reads=reads,
+                              shared_after(derivable_from.shared_lines, change), change=change, derived_names=derived,
                               inherited=derivable_from)
             return _finished(version, fast)
     else:
@@ -293,11 +295,12 @@ def build_version(
     loops, withs, nesting = _depths(fdef.body)
     if derivable_from is not None and spliced is None:
         small = small_change(derivable_from.fdef, derivable_from.lines, fdef, lines, first_lineno)
-        reads = _derived_reads(derivable_from, small) if small is not None else None
-        if small is not None and reads is not None:
+        shift = len(lines) - len(derivable_from.lines)
+        derived = _derived_names(derivable_from, small, shift) if small is not None else None
+        if small is not None and derived is not None:
             scope = replace(derivable_from.scope, declared=_declarations(statements))
             version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names, nesting,
-                              runtime, None, shared_lines(fdef), change=small, derived_reads=reads)
+                              runtime, None, shared_lines(fdef), change=small, derived_names=derived)
             return _finished(version, fast)
     compiled, names = fdef, None
     seed_declared: tuple[ast.stmt, ...] = ()
@@ -337,19 +340,22 @@ def _declarations(statements: list[ast.stmt]) -> tuple[ast.stmt, ...]:
     return tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
 
 
-def _derived_reads(like: Version, change: Change) -> frozenset[str] | None:
-    """The module names a new source of the function reads, taken from the older version `like`
-    when the `change` between them keeps its scope (`daifu.core.changes`); else `None`.
+def _derived_names(like: Version, change: Change, shift: int) -> ModuleNames | None:
+    """What a new source of the function does with its module's names, taken from the older version
+    `like` when the `change` between them keeps its scope (`daifu.core.changes`); else `None`.
+    `shift`: how many lines the new source has more than the old one.
 
-    They are `like`'s, but for those on the lines of the statements replaced, plus the new
-    statements' own: what the new function's bytecode would show, without compiling it (and the
-    names of new statements the compiler would drop as unreachable, `changes.run_reads`).
+    The reads are `like`'s, but for those on the lines of the statements replaced (those after the
+    lines that differ moved by `shift`), plus the new statements' own: what the new function's bytecode would show,
+    without compiling it (and the names of new statements the compiler would drop as unreachable,
+    `changes.run_reads`).
     """
     scope = like.scope
     own = {name for name in scope.plain_locals if not name.startswith("@")} | set(scope.own_cells)
     if not derivable(change, own):
         return None
-    replaced = change.lines()
-    kept = {name for name, line in like.module_names.reads
-            if replaced is None or line is None or not replaced[0] <= line <= replaced[1]}
-    return frozenset((kept | run_reads(change, own | set(scope.cell_names))) - like.module_names.stored)
+    old = like.module_names
+    first, last = change.lines() or (change.end, change.end - 1)
+    kept = tuple((name, line if line is None or line < change.end else line + shift)
+                 for name, line in old.reads if line is None or not first <= line <= last)
+    return ModuleNames(kept + run_reads(change, own | set(scope.cell_names)), old.stored)
