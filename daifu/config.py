@@ -139,17 +139,30 @@ def configure(**changes: Any) -> Settings:
 
 
 def settings() -> Settings:
-    """The effective settings now: `configure()` values, then environment, then defaults."""
+    """The effective settings now: `configure()` values, then environment, then defaults.
+
+    Read afresh at every call (a changed variable applies at once); what it was made of last time
+    is kept with it, so that the same inputs give the same object without checking them again.
+    """
+    raw = tuple(os.environ.get(variable) for variable in _ENV.values())
+    key = (raw, tuple(_given.items()), bool(TRANSFORM_REGISTRY.get("IS_AUTOMATIC")))
+    if _last and _last[0] == key:
+        return _last[1]
     values: dict[str, Any] = {}
-    for name, variable in _ENV.items():
+    for (name, variable), value in zip(_ENV.items(), raw):
         if name in _given:
             values[name] = _given[name]
-        elif os.environ.get(variable):
-            values[name] = _checked(name, os.environ[variable], f"Environment variable {variable}")
+        elif value:
+            values[name] = _checked(name, value, f"Environment variable {variable}")
     result = replace(Settings(), **values)
-    if TRANSFORM_REGISTRY.get("IS_AUTOMATIC") and "mode" not in _given:
+    if key[2] and "mode" not in _given:
         result = replace(result, mode="automatic")
+    _last[:] = [key, result]
     return result
+
+
+_last: list[Any] = []
+"""The inputs of the settings `settings()` made last, and those settings."""
 
 
 def set_policy(fn: Callable[..., Any] | None) -> None:

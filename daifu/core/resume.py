@@ -19,6 +19,7 @@ the module's namespace.
 
 from __future__ import annotations
 
+import ast
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -179,6 +180,7 @@ class Vaccine:
         # differential test turns it off to check the continuations that hold the whole rest.
         self.segmented = True
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
+        self._bound: dict[ast.stmt, set[str]] = {}  # what each faulty statement binds (`_fingerprint`)
         self.versions: list[Version] = []
         with _collection_paused():  # thousands of new AST nodes would trigger full collections
             first = self._build(source, first_lineno)
@@ -686,9 +688,12 @@ class Vaccine:
         """Which object each local (but those the statement itself binds) holds: equal fingerprints
         (a dict compares without regard to order) mean no local was rebound."""
         node = site.node
-        own = assigned_names(node.target) if site.header and _kind(node) == "for" else set()
-        if not site.header:
-            own = assigned_names(node)
+        own = self._bound.get(node)
+        if own is None:  # the names a statement binds never change: found once per statement
+            own = assigned_names(node.target) if site.header and _kind(node) == "for" else set()
+            if not site.header:
+                own = assigned_names(node)
+            self._bound[node] = own
         return {k: id(v) for k, v in namespace.items() if k not in own and not k.startswith("@")}
 
     def _previous(self, site: Site, namespace: dict[str, Any]) -> _Progress | None:
