@@ -243,3 +243,16 @@ def test_what_a_trial_printed_is_recorded_redacted(tmp_path: Path) -> None:
     recorded = (tmp_path / "ws" / RECORD_NAME).read_text()
     assert '"output": "' in recorded and "step done, token <redacted:openai-key>" in recorded
     assert "CANARY" not in recorded
+
+
+def test_a_secret_set_changed_or_removed_between_two_redactions_is_seen_at_once(monkeypatch) -> None:
+    from daifu.report.redact import redact
+
+    monkeypatch.setenv("SERVICE_API_KEY", "first-secret-value")
+    assert "first-secret-value" not in redact("sent first-secret-value")
+    monkeypatch.setenv("SERVICE_API_KEY", "second-secret-value")
+    assert redact("sent first-secret-value and second-secret-value") == (
+        "sent first-secret-value and <redacted:environment>"
+    )
+    monkeypatch.delenv("SERVICE_API_KEY")
+    assert redact("sent second-secret-value") == "sent second-secret-value"
