@@ -145,7 +145,8 @@ def settings() -> Settings:
     is kept with it, so that the same inputs give the same object without checking them again.
     """
     raw = tuple(os.environ.get(variable) for variable in _ENV.values())
-    key = (raw, tuple(_given.items()), bool(TRANSFORM_REGISTRY.get("IS_AUTOMATIC")))
+    automatic = bool(TRANSFORM_REGISTRY.get("IS_AUTOMATIC"))
+    key = (raw, tuple(_given.items()), automatic)
     if _last and _last[0] == key:
         return _last[1]
     values: dict[str, Any] = {}
@@ -155,7 +156,7 @@ def settings() -> Settings:
         elif value:
             values[name] = _checked(name, value, f"Environment variable {variable}")
     result = replace(Settings(), **values)
-    if key[2] and "mode" not in _given:
+    if automatic and "mode" not in _given:
         result = replace(result, mode="automatic")
     _last[:] = [key, result]
     return result

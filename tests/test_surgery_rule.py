@@ -13,6 +13,7 @@ import pytest
 from daifu.core.blocks import Path, annotate, child_blocks, locate, node_at, path_of
 from daifu.core.rewrite import number_finals
 from daifu.core.source import normalize, parse_function
+from daifu.core.changes import Change
 from daifu.core.splice import splice
 from daifu.core.surgery import SurgeryRefused, refusals, resume_path
 from daifu.core.version import Version, build_version
@@ -94,7 +95,8 @@ def test_a_new_try_around_the_faulty_statement_runs_from_the_try() -> None:
 
 def test_a_new_try_around_the_whole_block_is_entered() -> None:
     body = [line for line in OLD.splitlines(keepends=True) if line.startswith("        ")]
-    wrapped = "        try:\n" + "".join("    " + line for line in body) + "        except TypeError:\n            pass\n"
+    wrapped = "        try:\n" + "".join("    " + line for line in body)
+    wrapped += "        except TypeError:\n            pass\n"
     new = OLD.replace("".join(body), wrapped)
     assert mapped(new) == ("log.append(total)", True)
 
@@ -115,7 +117,8 @@ def test_statements_of_the_same_kind_as_a_changed_one_are_matched_by_their_trees
 def test_a_statement_reformatted_into_the_text_of_another_is_still_itself() -> None:
     # The second call's new text is the first one's, which both versions have: the two are still
     # told apart by tree, so neither is run again.
-    old = "def f(log):\n    for i in range(3):\n        log.append(i)\n        log.append( i )\n        log.append(len(log))\n"
+    old = ("def f(log):\n    for i in range(3):\n        log.append(i)\n        log.append( i )\n"
+           "        log.append(len(log))\n")
     new = old.replace("log.append( i )", "log.append(i)")
     assert mapped(new, "log.append(len(log))", old) == ("log.append(len(log))", True)
 
@@ -318,10 +321,15 @@ def test_a_tree_spliced_from_the_old_one_is_the_tree_parsing_gives_and_leaves_th
     assert spliced > 200, spliced
 
 
+def _spliced(old: str, new: str) -> tuple[ast.FunctionDef, Change] | None:
+    """What `splice` makes of a function `old` (from line 1) changed into `new`."""
+    return splice(build_version(0, old, 1, "t.py", 0, (), fast=False).fdef, old.split("\n"), new.split("\n"), 1)
+
+
 def test_a_splice_ending_a_block_ends_the_statements_around_it_where_it_ends() -> None:
     old = "def f(xs):\n    for x in xs:\n        try:\n            g(x)\n        finally:\n            h(x)\n"
     new = old.replace("h(x)", "h(x, retries=3)")
-    found = splice(build_version(0, old, 1, "t.py", 0, (), fast=False).fdef, old.split("\n"), new.split("\n"), 1)
+    found = _spliced(old, new)
     assert found is not None
     loop = found[0].body[0]
     assert (loop.end_lineno, loop.end_col_offset) == (6, len("            h(x, retries=3)"))
@@ -337,13 +345,13 @@ def test_a_splice_ending_a_block_ends_the_statements_around_it_where_it_ends() -
 def test_a_change_that_is_not_line_for_line_is_parsed_whole(new_line: str) -> None:
     old = "def f(xs):\n    for x in xs:\n        y = x\n        g(y)\n    return xs\n"
     new = old.replace("        g(y)", new_line[4:])
-    assert splice(build_version(0, old, 1, "t.py", 0, (), fast=False).fdef, old.split("\n"), new.split("\n"), 1) is None
+    assert _spliced(old, new) is None
 
 
 def test_statements_spliced_together_each_have_their_place() -> None:
     old = "def f(xs):\n    for x in xs:\n        y = x\n        g(y)\n    return xs\n"
     new = old.replace("        y = x\n        g(y)\n", "        y = x + 1\n        g(y, 2)\n")
-    found = splice(build_version(0, old, 1, "t.py", 0, (), fast=False).fdef, old.split("\n"), new.split("\n"), 1)
+    found = _spliced(old, new)
     assert found is not None
     assert [path_of(s) for s in found[0].body[0].body] == [(0, "body", 0), (0, "body", 1)]
     assert [ast.unparse(s) for s in found[1].new] == ["y = x + 1", "g(y, 2)"]

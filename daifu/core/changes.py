@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from daifu.core.blocks import COMPOUND, Path, child_blocks
+from daifu.core.blocks import COMPOUND, Path, block_of, child_blocks
 
 _NOT_SIMPLE = (
     ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
@@ -65,7 +65,8 @@ def small_change(old_fdef: ast.FunctionDef, old_lines: list[str], new_fdef: ast.
     block, start = (old_block, old_start) if old_statements else (new_block, new_start)
     if not old_statements and not new_statements:
         return Change((), 0, [], [], old_high)  # only comments or blank lines differ
-    if not (_holds(old_fdef, block, start, len(old_statements)) and _holds(new_fdef, block, start, len(new_statements))):
+    if not (_holds(old_fdef, block, start, len(old_statements))
+            and _holds(new_fdef, block, start, len(new_statements))):
         return None
     return Change(block, start, old_statements, new_statements, old_high)
 
@@ -126,13 +127,10 @@ def _holds(fdef: ast.FunctionDef, block: Path, start: int, count: int) -> bool:
     """Whether `fdef` has a block at `block` with statements `start` to `start + count`."""
     statements: list[ast.stmt] = fdef.body
     for position in range(0, len(block), 2):
-        index, name = block[position], block[position + 1]
-        if index >= len(statements):
+        try:
+            statements = block_of(statements[block[position]], block[position + 1])
+        except (IndexError, KeyError):
             return False
-        found = dict(child_blocks(statements[index])).get(name)
-        if found is None:
-            return False
-        statements = found
     return start + count <= len(statements)
 
 

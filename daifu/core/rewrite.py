@@ -625,9 +625,7 @@ class Rewriter:
         (they are the crashed frame's cells), then `if "x" in @ns: x = @ns["x"]` for each local,
         then `@ns.clear()`."""
         if self._prologue is None:
-            prologue: list[ast.stmt] = list(self.scope.declared)
-            if self.scope.own_cells:
-                prologue.append(ast.Nonlocal(names=list(self.scope.own_cells)))
+            prologue = self._declarations()
             at = located(fdef)  # one `if` per local: created in place, not walked by `_at` (half the build)
             namespace = ast.Name(id="@ns", ctx=ast.Load(), **at)  # shared: compiling never changes a tree
             for name in self.scope.plain_locals:
@@ -638,13 +636,19 @@ class Rewriter:
             self._prologue = _at(prologue + [_clear_namespace()], fdef)
         return self._prologue
 
+    def _declarations(self) -> list[ast.stmt]:
+        """What a prologue starts with: the function's `global` / `nonlocal` statements, and its own
+        cells declared `nonlocal` (they are the crashed frame's cells)."""
+        declarations: list[ast.stmt] = list(self.scope.declared)
+        if self.scope.own_cells:
+            declarations.append(ast.Nonlocal(names=list(self.scope.own_cells)))
+        return declarations
+
     def _load_present(self, fdef: ast.FunctionDef, present: tuple[str, ...]) -> list[ast.stmt]:
         """A prologue for a snapshot holding the locals `present` (in `Scope.plain_locals`): the cells
         declared as in `_load_locals`, then `a, b, ... = @rt.values(@ns, ("a", "b", ...))`, then
         `@ns.clear()`. A local the snapshot lacks stays unbound, as it was in the crashed frame."""
-        prologue: list[ast.stmt] = list(self.scope.declared)
-        if self.scope.own_cells:
-            prologue.append(ast.Nonlocal(names=list(self.scope.own_cells)))
+        prologue = self._declarations()
         if present:
             at = located(fdef)
             targets = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Store(), **at) for name in present],

@@ -101,11 +101,13 @@ def _own_list(holder: Any, name: str, old_end: tuple[Any, Any], new_end: tuple[A
 def shared_after(shared: frozenset[int], change: Change) -> frozenset[int]:
     """The lines where more than one statement sits (`blocks.shared_lines`) after `change`, from
     those before it (`shared`): the replaced statements' lines are the new ones' alone."""
-    if not change.old:
+    replaced = change.lines()
+    if replaced is None:
         return shared
-    first, last = change.old[0].lineno, change.old[-1].end_lineno or change.old[-1].lineno
+    first, last = replaced
     count: dict[int, int] = {}
     for statement in change.new:
         for line in range(statement.lineno, (statement.end_lineno or statement.lineno) + 1):
             count[line] = count.get(line, 0) + 1
-    return frozenset({line for line in shared if not first <= line <= last} | {line for line, n in count.items() if n > 1})
+    kept = {line for line in shared if not first <= line <= last}
+    return frozenset(kept | {line for line, n in count.items() if n > 1})

@@ -274,16 +274,16 @@ def build_version(
     module reads from it, and compiles as written only when asked (`Version.plain_code`).
     """
     lines = source_lines(source)
-    derivable_from = like if like is not None and not seed else None
-    spliced = splice(derivable_from.fdef, derivable_from.lines, lines, first_lineno) if derivable_from is not None else None
-    if spliced is not None:
+    if seed:
+        like = None  # under the prototype's scope model the body is compiled: nothing is derived
+    spliced = splice(like.fdef, like.lines, lines, first_lineno) if like is not None else None
+    if like is not None and spliced is not None:
         fdef, change = spliced
-        derived = _derived_names(derivable_from, change, 0) if derivable_from is not None else None
-        if derivable_from is not None and derived is not None:  # nothing to walk: the blocks are the old ones
-            version = Version(number, source, first_lineno, fdef, derivable_from.scope, None, filename, flags,
-                              free_names, derivable_from.nesting, runtime, None,
-                              shared_after(derivable_from.shared_lines, change), change=change, derived_names=derived,
-                              inherited=derivable_from)
+        derived = _derived_names(like, change, 0)
+        if derived is not None:  # nothing to walk: the blocks are the old ones
+            version = Version(number, source, first_lineno, fdef, like.scope, None, filename, flags, free_names,
+                              like.nesting, runtime, None, shared_after(like.shared_lines, change), change=change,
+                              derived_names=derived, inherited=like)
             return _finished(version, fast)
     else:
         fdef = normalize(parse_function(source, first_lineno))
@@ -293,12 +293,13 @@ def build_version(
     statements = _walk_function(fdef)
     finals = number_finals(statements)
     loops, withs, nesting = _depths(fdef.body)
-    if derivable_from is not None and spliced is None:
-        small = small_change(derivable_from.fdef, derivable_from.lines, fdef, lines, first_lineno)
-        shift = len(lines) - len(derivable_from.lines)
-        derived = _derived_names(derivable_from, small, shift) if small is not None else None
-        if small is not None and derived is not None:
-            scope = replace(derivable_from.scope, declared=_declarations(statements))
+    small = None
+    if like is not None and spliced is None:
+        small = small_change(like.fdef, like.lines, fdef, lines, first_lineno)
+    if like is not None and small is not None:
+        derived = _derived_names(like, small, len(lines) - len(like.lines))
+        if derived is not None:
+            scope = replace(like.scope, declared=_declarations(statements))
             version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names, nesting,
                               runtime, None, shared_lines(fdef), change=small, derived_names=derived)
             return _finished(version, fast)
@@ -346,16 +347,16 @@ def _derived_names(like: Version, change: Change, shift: int) -> ModuleNames | N
     `shift`: how many lines the new source has more than the old one.
 
     The reads are `like`'s, but for those on the lines of the statements replaced (those after the
-    lines that differ moved by `shift`), plus the new statements' own: what the new function's bytecode would show,
-    without compiling it (and the names of new statements the compiler would drop as unreachable,
-    `changes.run_reads`).
+    lines that differ moved by `shift`), plus the new statements' own: what the new function's
+    bytecode would show, without compiling it (and the names of new statements the compiler would
+    drop as unreachable, `changes.run_reads`).
     """
     scope = like.scope
     own = {name for name in scope.plain_locals if not name.startswith("@")} | set(scope.own_cells)
     if not derivable(change, own):
         return None
     old = like.module_names
-    first, last = change.lines() or (change.end, change.end - 1)
+    first, last = change.lines() or (change.end, change.end - 1)  # no statement replaced: no line dropped
     kept = tuple((name, line if line is None or line < change.end else line + shift)
                  for name, line in old.reads if line is None or not first <= line <= last)
     return ModuleNames(kept + run_reads(change, own | set(scope.cell_names)), old.stored)
