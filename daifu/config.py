@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from daifu.environ import EnvironmentMemo
+
 MODES = ("interactive", "automatic", "replay", "off")
 APPROVALS = ("ask", "auto", "never", "remote")
 REMOTE_FALLBACKS = ("raise", "auto")
@@ -141,16 +143,17 @@ def configure(**changes: Any) -> Settings:
 def settings() -> Settings:
     """The effective settings now: `configure()` values, then environment, then defaults.
 
-    Read afresh at every call (a changed variable applies at once); what it was made of last time
-    is kept with it, so that the same inputs give the same object without checking them again.
+    Read afresh at every call (a changed variable applies at once); they are made again only when
+    their inputs changed, so that the same inputs give the same object without checking them again.
     """
-    raw = tuple(os.environ.get(variable) for variable in _ENV.values())
     automatic = bool(TRANSFORM_REGISTRY.get("IS_AUTOMATIC"))
-    key = (raw, tuple(_given.items()), automatic)
-    if _last and _last[0] == key:
-        return _last[1]
+    return _last.get(lambda: _made(automatic), (tuple(_given.items()), automatic))
+
+
+def _made(automatic: bool) -> Settings:
     values: dict[str, Any] = {}
-    for (name, variable), value in zip(_ENV.items(), raw):
+    for name, variable in _ENV.items():
+        value = os.environ.get(variable)
         if name in _given:
             values[name] = _given[name]
         elif value:
@@ -158,12 +161,11 @@ def settings() -> Settings:
     result = replace(Settings(), **values)
     if automatic and "mode" not in _given:
         result = replace(result, mode="automatic")
-    _last[:] = [key, result]
     return result
 
 
-_last: list[Any] = []
-"""The inputs of the settings `settings()` made last, and those settings."""
+_last: EnvironmentMemo[Settings] = EnvironmentMemo()
+"""The settings `settings()` made last, with what they were made of."""
 
 
 def set_policy(fn: Callable[..., Any] | None) -> None:

@@ -143,6 +143,26 @@ def test_surgery_resumes_in_the_same_iteration_and_patches_later_calls(decide):
     del globals()["zero_value"]
 
 
+def test_surgery_binding_a_name_the_crash_missed_resumes_without_compiling_the_function(decide):
+    log = []
+
+    @daifu.transform
+    def train(batches):
+        total = 0
+        for x in batches:
+            log.append(x)
+            total += x * learning_rate  # noqa: F821
+        return total
+
+    fixed = source_of(train, "            total += x", "            learning_rate = 0.5\n            total += x")
+    seen = decide(daifu.Surgery(fixed))
+    assert train([2, 4]) == 3.0
+    assert log == [2, 4] and len(seen) == 1  # the faulty statement ran again, nothing before it
+    new = train.__daifu__.versions[-1]
+    assert new.plain is None and "learning_rate" in new.scope.plain_locals  # its scope was derived
+    assert train([6]) == 3.0  # the next call runs the new code
+
+
 def test_surgery_of_a_line_above_resumes_there(decide):
     ran = []
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import random
+from dataclasses import replace
 import textwrap
 
 import pytest
@@ -191,6 +192,7 @@ REPLACEMENTS = [
     "a = (a + 1) % 7", "b = a", "trace.append(len(kept))", "pass", "a, *rest = [a, b]", "fresh = a",
     "trace.append(math.pi)", "kept.append(lambda: a)", "trace.append([a for _ in range(2)])", "del b",
     "a += undefined_name", "import os", "global a", "trace.append(b) if a else None", "# only a comment",
+    "undefined_name = a", "fresh: int = 3", "math = a", "trace = list(trace)", "(other := a)",
 ]
 """Statements a surgery's line may become: some keep the scope (derived), some do not (compiled)."""
 
@@ -228,6 +230,13 @@ def _same(got: Version, expected: Version, source: str) -> None:
     assert got.plain_code.co_varnames == expected.plain_code.co_varnames
 
 
+def _same_resume_paths(old: Version, got: Version, expected: Version, source: str) -> None:
+    """A run interrupted anywhere in `old` resumes at the same place of `got` (derived: its paths
+    are worked out from the change) as of `expected` (the same source, parsed: matched block by block)."""
+    for _line, path, _final in _stamped(old.fdef)[::3]:  # a third of them: the full matching is slow
+        assert resume_path(old, got, path) == resume_path(old, expected, path), (source, path)
+
+
 def test_a_version_derived_from_the_old_one_has_the_scope_and_reads_compiling_it_gives() -> None:
     """Differential: surgeries of generated functions, four in a row, each built both ways: derived
     from the version before (itself derived or not, `build_version(like=...)`) and compiled as
@@ -251,6 +260,7 @@ def test_a_version_derived_from_the_old_one_has_the_scope_and_reads_compiling_it
             if got.plain is None:
                 derived += 1
                 _same(got, expected, new_source)
+                _same_resume_paths(current, got, expected, new_source)
             else:
                 compiled += 1
             source, current = new_source, got
@@ -282,6 +292,40 @@ def test_a_surgery_replacing_a_raise_is_compiled_the_code_after_it_comes_back() 
     old = "def f(xs):\n    for x in xs:\n        raise ValueError(x)\n        x = scale * x\n"
     got, expected = _derive(old, old.replace("raise ValueError(x)", "pass"))
     assert got.plain is not None and "scale" in expected.module_reads()
+
+
+NAME_ERROR = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x * lr\n    return total\n"
+CLASS_ASSIGNS = NAME_ERROR.replace("    return total\n", "    class Box:\n        lr = 1\n    return total\n")
+
+
+@pytest.mark.parametrize("old, new", [
+    (NAME_ERROR, NAME_ERROR.replace("        total += x * lr\n", "        lr = 0.5\n        total += x * lr\n")),
+    (NAME_ERROR, NAME_ERROR.replace("total += x * lr", "lr = 0.5; total += x * lr")),
+    (NAME_ERROR, NAME_ERROR.replace("    total = 0\n", "    total = lr = 0\n")),
+    (CLASS_ASSIGNS, CLASS_ASSIGNS.replace("        total += x * lr\n", "        lr = 0.5\n        total += x * lr\n")),
+])
+def test_a_name_the_new_statements_bind_becomes_a_local_of_the_derived_version(old: str, new: str) -> None:
+    # The usual fix of a NameError: bind the name before the statement that reads it. The read
+    # the crashed version made from the module is a local's read in the new one (a class body's
+    # own `lr` stays the class's).
+    got, expected = _derive(old, new)
+    assert got.plain is None, new
+    assert set(got.scope.plain_locals) == set(expected.scope.plain_locals) and "lr" in got.scope.plain_locals
+    assert got.module_reads() == expected.module_reads() and "lr" not in got.module_reads()
+
+
+@pytest.mark.parametrize("old, new, why", [
+    (NAME_ERROR.replace("total += x * lr", "total += (lambda: x * lr)()"), "        lr = 0.5\n",
+     "a lambda reads it: it becomes the lambda's closure variable"),
+    (NAME_ERROR.replace("    total = 0\n", "    global lr\n    total = 0\n"), "        lr = 0.5\n",
+     "declared global: the new statement assigns the module's name"),
+    (NAME_ERROR.replace("    return total\n", "    class Box:\n        rate = lr\n    return total\n"), "        lr = 0.5\n",
+     "a class body reads it: it becomes the class body's closure variable"),
+])
+def test_a_new_name_whose_binding_changes_more_than_one_local_is_compiled(old: str, new: str, why: str) -> None:
+    got, expected = _derive(old, old.replace("        total += ", new + "        total += "))
+    assert got.plain is not None, why
+    assert replace(got.scope, declared=()) == replace(expected.scope, declared=())
 
 
 def _stamped(fdef: ast.FunctionDef) -> list[tuple[int, Path, int | None]]:

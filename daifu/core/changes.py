@@ -2,10 +2,11 @@
 
 Most surgeries replace a statement, or a few in a row, by others. When the statements replaced and
 those replacing them are simple (no block, no nested scope, no `global`, `nonlocal`, `yield` or
-`await`), and the new ones bind only the function's own locals (and bind every local the old ones
-did), the new function has the old one's scope: the same locals, cells and flags. The names it
-reads from its module are then the old function's, but for those the old run read, plus what the
-new run reads. A surgery's version learns both from the old version (`build_version(like=...)`)
+`await`), and the new ones bind every local the old ones did, the new function has the old one's
+scope: the same locals, cells and flags, plus the names the new statements bind that the old
+function did not (when no code nested in it reads them, they are plain new locals). The names it
+reads from its module are then the old function's, but for those the old run read and those that
+became locals, plus what the new run reads. A surgery's version learns both from the old version (`build_version(like=...)`)
 instead of compiling the whole new function before the run resumes; the new statements are
 compiled with the code the run resumes in (`Vaccine._prepare` checks that they are in it).
 """
@@ -134,29 +135,33 @@ def _holds(fdef: ast.FunctionDef, block: Path, start: int, count: int) -> bool:
     return start + count <= len(statements)
 
 
-def derivable(change: Change, locals_: set[str]) -> bool:
-    """Whether a version with `change` can be derived from the old one: its statements are simple,
-    the new ones bind only names in `locals_` (the old function's own locals, cells included) and
-    every name the old ones bound, so the scope is the old one; and the old ones end nothing (no
-    `raise`, `return`, `break`, `continue` or `assert`), so no statement the compiler dropped from
-    the old code as unreachable comes back to life, with reads the old code does not show."""
+def derivable(change: Change, locals_: set[str]) -> frozenset[str] | None:
+    """The names the new statements of `change` bind that are not in `locals_` (the old function's
+    own locals, cells included), when a version with the change can be derived from the old one;
+    else `None`. Derivable: its statements are simple, the new ones bind every name the old ones
+    bound (so every old local stays one), and the old ones end nothing (no `raise`, `return`,
+    `break`, `continue` or `assert`), so no statement the compiler dropped from the old code as
+    unreachable comes back to life, with reads the old code does not show. Whether the names it
+    returns can become new locals is the caller's to decide (`version._derived`)."""
     if any(isinstance(statement, _ENDING) for statement in change.old):
-        return False
+        return None
     old_bound: set[str] = set()
     new_bound: set[str] = set()
     for statements, bound in ((change.old, old_bound), (change.new, new_bound)):
         for statement in statements:
             for node in ast.walk(statement):
                 if isinstance(node, _NOT_SIMPLE):
-                    return False
+                    return None
                 if isinstance(node, ast.Name):
                     if node.id in ("super", "__class__"):
-                        return False  # zero-argument `super()` gives a method its `__class__` cell
+                        return None  # zero-argument `super()` gives a method its `__class__` cell
                     if not isinstance(node.ctx, ast.Load):
                         bound.add(node.id)
                 elif isinstance(node, (ast.Import, ast.ImportFrom)):
                     bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return new_bound <= locals_ and old_bound <= new_bound
+    if not old_bound <= new_bound or not all(name.isidentifier() for name in new_bound):
+        return None  # `from m import *` binds no name a function may have
+    return frozenset(new_bound - locals_)
 
 
 def run_reads(change: Change, locals_: set[str]) -> tuple[tuple[str, int | None], ...]:

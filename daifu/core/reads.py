@@ -25,10 +25,12 @@ _FLAGGED = sys.version_info >= (3, 11)
 class ModuleNames:
     """What a function does with its module's names: those it reads, with the file line of each
     read (`None` where the compiler gave none), and those it assigns (`global x` then `x = ...`,
-    a class body's own names)."""
+    a class body's own names). `nested`: those of its reads made by code nested in it (a name the
+    function itself comes to bind would become a closure variable there)."""
 
     reads: tuple[tuple[str, int | None], ...]
     stored: frozenset[str]
+    nested: frozenset[str] = frozenset()
 
     def read(self) -> set[str]:
         """The names read from the module and never assigned there by the function."""
@@ -45,6 +47,7 @@ def module_names(code: CodeType) -> ModuleNames:
     """
     reads: list[tuple[str, int | None]] = []
     stored: set[str] = set()
+    nested: set[str] = set()
     todo = [code]
     while todo:
         current = todo.pop()
@@ -70,6 +73,8 @@ def module_names(code: CodeType) -> ModuleNames:
                         starts, lines = [start for start, _end, _line in ranges], [line for _s, _e, line in ranges]
                     index = bisect_right(starts, 2 * position) - 1
                     reads.append((name, lines[index] if index >= 0 else None))
+                    if current is not code:
+                        nested.add(name)
                 position = opcodes.find(opcode, position + 1)
         todo += [constant for constant in current.co_consts if isinstance(constant, CodeType)]
-    return ModuleNames(tuple(reads), frozenset(stored))
+    return ModuleNames(tuple(reads), frozenset(stored), frozenset(nested))

@@ -88,10 +88,11 @@ class Site:
     version: Version
     path: Path
     header: bool
+    node: Any = field(init=False, repr=False, compare=False)
+    """The statement itself, found once: a crash asks for it several times."""
 
-    @property
-    def node(self) -> Any:
-        return node_at(self.version.fdef, self.path)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node", node_at(self.version.fdef, self.path))
 
 
 @dataclass
@@ -436,9 +437,8 @@ class Vaccine:
                 flavour = Flavour.WATCHED
             for plan in plans:  # the snapshot as the continuation receives it (a copy: a refusal loses it)
                 plan.carry(namespace)
-            for name in here.version.scope.plain_locals:
-                if name.startswith(("@fx", "@fp")):
-                    namespace.setdefault(name, None)
+            for name in here.version.scope.finally_states:
+                namespace.setdefault(name, None)
             for plan in plans:  # new statements the code resuming the run will not hold are compiled now
                 if plan is not plans[-1] or not plan.version.holds_change(here.path):
                     _compiles(plan.version)

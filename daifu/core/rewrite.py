@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import copy
 from dataclasses import dataclass, replace
+from functools import cached_property
 from enum import Enum
 from typing import TypeVar
 from collections.abc import Callable
@@ -99,6 +100,17 @@ class Scope:
     declared: tuple[ast.stmt, ...]
     finals: int
     receiver: str | None = None
+
+    @cached_property
+    def finally_states(self) -> tuple[str, ...]:
+        """The `@fxK` / `@fpK` locals of `plain_locals`: a snapshot taken outside a `finally` lacks
+        them, and a continuation's prologue loads them all."""
+        return tuple(name for name in self.plain_locals if name.startswith(("@fx", "@fp")))
+
+
+def _same_but_locals(old: Scope, new: Scope) -> bool:
+    """Whether two scopes differ at most in their plain locals."""
+    return old is new or replace(old, plain_locals=new.plain_locals) == new
 
 
 @dataclass(frozen=True)
@@ -280,10 +292,11 @@ class Rewriter:
         self._flavoured = False
         self._prologue: list[ast.stmt] | None = None
         self._statements: dict[tuple[int, _Depth], list[ast.stmt]] = {}
-        if forms_of is not None and forms_of.scope is scope and forms_of.flavour is flavour:
-            # A version sharing most of its tree with an older one, and its scope (`daifu.core.splice`):
-            # the forms of the statements they share are the same. Keyed by node identity, and the
-            # older tree lives on with its version, so no key can name another node.
+        if forms_of is not None and forms_of.flavour is flavour and _same_but_locals(forms_of.scope, scope):
+            # A version sharing most of its tree with an older one, and its scope but maybe new plain
+            # locals (`daifu.core.splice`), which no statement's form names: the forms of the
+            # statements they share are the same. Keyed by node identity, and the older tree lives
+            # on with its version, so no key can name another node.
             self._statements = dict(forms_of._statements)
         self._segment: _Segment | None = None
 

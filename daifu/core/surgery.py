@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daifu.core.blocks import HEADER_KINDS, TRY, Path, block_of, child_blocks
+from daifu.core.changes import Change
 from daifu.core.rewrite import final_number
 from daifu.core.version import Version
 
@@ -302,6 +303,8 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
     statement, to be run from its start), and the enclosing `try ... finally` statements' numbers
     (old to new).
     """
+    if new.derived_from is old and new.change is not None:
+        return _across(new.change, old, new, path)
     headers, statements = _Keys(old, new, _header_shape), _Keys(old, new, _shape)
     old_block: list[ast.stmt] = old.fdef.body
     new_block: list[ast.stmt] = new.fdef.body
@@ -341,6 +344,39 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
         if tag == "equal" and i1 <= index < i2:
             return tuple(new_path + [j1 + index - i1]), True, finals
     return tuple(new_path + [len(new_block)]), False, finals
+
+
+def _across(change: Change, old: Version, new: Version, path: Path) -> tuple[Path, bool, dict[int, int]]:
+    """`resume_path` for a version derived from `old` with `change`, a run of simple statements of one
+    block replaced (`daifu.core.changes`): every other statement is the old one, at the same path or,
+    after the run in its block, moved by the difference in length. Only the run is matched, statement
+    against statement, as `resume_path` matches a block: a run interrupted in its block after a
+    changed statement resumes at the first one, and one interrupted after a statement of its block
+    that holds the change (or in that statement's header) resumes at that statement."""
+    finals: dict[int, int] = {}
+    block = old.fdef.body
+    for level in range(0, len(path) - 1, 2):  # no `try` changed: each keeps its number
+        node = block[path[level]]
+        if getattr(node, "finalbody", None):
+            finals[final_number(node)] = final_number(node)
+        block = block_of(node, path[level + 1])
+    last = len(path) - 1
+    if len(change.block) > last and change.block[:last] == path[:last] and change.block[last] <= path[last]:
+        return (*path[:last], change.block[last]), False, finals  # the crashed block changed from there
+    depth = len(change.block)
+    if len(path) <= depth or path[:depth] != change.block or path[depth] < change.start:
+        return path, True, finals
+    offset = path[depth] - change.start
+    old_keys, new_keys, _key = _Keys(old, new, _shape).pair(change.old, change.new)
+    if old_keys != new_keys:
+        matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
+        for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
+            if tag != "equal" and i1 <= offset and len(path) == depth + 1:
+                return (*change.block, change.start + j1), False, finals
+            if tag == "equal" and i1 <= offset < i2:
+                return (*change.block, change.start + j1 + offset - i1), True, finals
+    moved = len(change.new) - len(change.old) if offset >= len(change.old) else 0
+    return (*change.block, path[depth] + moved, *path[depth + 1 :]), True, finals
 
 
 def _changed_enclosing(old_node: ast.stmt, new_block: list[ast.stmt]) -> str:

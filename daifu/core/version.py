@@ -57,7 +57,8 @@ class Version:
     segments: dict[tuple[Path, Mode, tuple[str, ...]], CodeType | None] = field(default_factory=dict)
     """Its segments (`Rewriter.segment`), by resume point and the locals present (`Vaccine._segment`)."""
     change: Change | None = None
-    """How it differs from the version it was derived from (`build_version(like=...)`)."""
+    """How it differs from the version it was derived from, `derived_from` (`build_version(like=...)`)."""
+    derived_from: Version | None = field(default=None, repr=False, compare=False)
     derived_names: ModuleNames | None = None
     """What it does with its module's names, when derived from an older version (`module_names`)."""
     inherited: Version | None = field(default=None, repr=False, compare=False)
@@ -75,7 +76,7 @@ class Version:
     @cached_property
     def module_names(self) -> ModuleNames:
         """What its code does with its module's names (`daifu.core.reads`): read from its compiled
-        code, or for a derived version from the older one's (`_derived_names`), so that a surgery
+        code, or for a derived version from the older one's (`_derived`), so that a surgery
         of a surgery compiles nothing more either."""
         return self.derived_names if self.derived_names is not None else module_names(self.plain_code)
 
@@ -279,11 +280,12 @@ def build_version(
     spliced = splice(like.fdef, like.lines, lines, first_lineno) if like is not None else None
     if like is not None and spliced is not None:
         fdef, change = spliced
-        derived = _derived_names(like, change, 0)
+        derived = _derived(like, change, 0)
         if derived is not None:  # nothing to walk: the blocks are the old ones
-            version = Version(number, source, first_lineno, fdef, like.scope, None, filename, flags, free_names,
+            scope, reads = derived
+            version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names,
                               like.nesting, runtime, None, shared_after(like.shared_lines, change), change=change,
-                              derived_names=derived, inherited=like)
+                              derived_from=like, derived_names=reads, inherited=like)
             return _finished(version, fast)
     else:
         fdef = normalize(parse_function(source, first_lineno))
@@ -297,11 +299,12 @@ def build_version(
     if like is not None and spliced is None:
         small = small_change(like.fdef, like.lines, fdef, lines, first_lineno)
     if like is not None and small is not None:
-        derived = _derived_names(like, small, len(lines) - len(like.lines))
+        derived = _derived(like, small, len(lines) - len(like.lines))
         if derived is not None:
-            scope = replace(like.scope, declared=_declarations(statements))
-            version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names, nesting,
-                              runtime, None, shared_lines(fdef), change=small, derived_names=derived)
+            scope, reads = derived
+            version = Version(number, source, first_lineno, fdef, replace(scope, declared=_declarations(statements)),
+                              None, filename, flags, free_names, nesting, runtime, None, shared_lines(fdef),
+                              change=small, derived_from=like, derived_names=reads)
             return _finished(version, fast)
     compiled, names = fdef, None
     seed_declared: tuple[ast.stmt, ...] = ()
@@ -341,22 +344,35 @@ def _declarations(statements: list[ast.stmt]) -> tuple[ast.stmt, ...]:
     return tuple(s for s in statements if isinstance(s, (ast.Global, ast.Nonlocal)))
 
 
-def _derived_names(like: Version, change: Change, shift: int) -> ModuleNames | None:
-    """What a new source of the function does with its module's names, taken from the older version
-    `like` when the `change` between them keeps its scope (`daifu.core.changes`); else `None`.
-    `shift`: how many lines the new source has more than the old one.
+def _derived(like: Version, change: Change, shift: int) -> tuple[Scope, ModuleNames] | None:
+    """The scope of a new source of the function and what it does with its module's names, taken
+    from the older version `like` when the `change` between them allows (`daifu.core.changes`);
+    else `None`. `shift`: how many lines the new source has more than the old one.
 
-    The reads are `like`'s, but for those on the lines of the statements replaced (those after the
-    lines that differ moved by `shift`), plus the new statements' own: what the new function's
-    bytecode would show, without compiling it (and the names of new statements the compiler would
-    drop as unreachable, `changes.run_reads`).
+    The scope is `like`'s, plus the names the new statements bind that it did not have as locals:
+    each becomes a plain local, unless code nested in the function reads it (it would become a
+    closure variable there), the function declares it `global` or `nonlocal`, or it is a closure
+    variable already. The reads are `like`'s, but for those on the lines of the statements replaced
+    (those after the lines that differ moved by `shift`) and those of the new locals, plus the new
+    statements' own: what the new function's bytecode would show, without compiling it (and the
+    names of new statements the compiler would drop as unreachable, `changes.run_reads`).
     """
     scope = like.scope
     own = {name for name in scope.plain_locals if not name.startswith("@")} | set(scope.own_cells)
-    if not derivable(change, own):
+    new_locals = derivable(change, own)
+    if new_locals is None:
         return None
     old = like.module_names
+    if new_locals:
+        declared = {name for statement in scope.declared for name in statement.names}  # type: ignore[attr-defined]
+        if new_locals & (set(scope.cell_names) | declared | old.nested):
+            return None
+        user = tuple(name for name in scope.plain_locals if not name.startswith("@"))
+        generated = scope.plain_locals[len(user):]
+        scope = replace(scope, plain_locals=user + tuple(sorted(new_locals)) + generated)
     first, last = change.lines() or (change.end, change.end - 1)  # no statement replaced: no line dropped
     kept = tuple((name, line if line is None or line < change.end else line + shift)
-                 for name, line in old.reads if line is None or not first <= line <= last)
-    return ModuleNames(kept + run_reads(change, own | set(scope.cell_names)), old.stored)
+                 for name, line in old.reads
+                 if (line is None or not first <= line <= last) and name not in new_locals)
+    reads = run_reads(change, own | new_locals | set(scope.cell_names))
+    return scope, ModuleNames(kept + reads, old.stored, old.nested)

@@ -25,6 +25,7 @@ never overwrite each other. Each repair also becomes one object of `repairs.json
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import sys
@@ -92,7 +93,7 @@ def _file() -> LineFile:
     path = _path().absolute()
     with _lock:
         current = _record.get("file")
-        _record["key"] = key
+        _record["key"], _record["rank"] = key, key[1]
         if current is not None and current.path == path:
             return current  # type: ignore[no-any-return]
         if current is not None:
@@ -149,14 +150,21 @@ def one_line(text: str) -> str:
 
 def _line(level: str, message: str, source: str = "daifu:record:0", when: datetime | None = None) -> None:
     """One line of the record, stamped with `when` (a loguru line's time) or now, to the millisecond."""
-    if when is None:  # `time`, not `datetime` (1.5 ms to import): the record begins at the first vaccination
+    if when is None:
         now = time.time()
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S.", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
+        stamp = _second(int(now)) + f"{int(now * 1000) % 1000:03d}"
     else:
         stamp = when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d}"
-    number = ranks.rank()
+    number = _record.get("rank")  # the rank the file in effect was chosen for
     where = f"rank {number} | " if number is not None else ""
     _record["file"].write(f"{stamp} | {level:<8} | {where}{source} - {one_line(message)}")
+
+
+@functools.lru_cache(maxsize=2)
+def _second(second: int) -> str:
+    """A record line's time stamp up to its milliseconds: every line of one second shares it.
+    `time`, not `datetime` (1.5 ms to import): the record begins at the first vaccination."""
+    return time.strftime("%Y-%m-%d %H:%M:%S.", time.localtime(second))
 
 
 def loguru_sink(message: Any) -> None:
