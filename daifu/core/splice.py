@@ -73,13 +73,6 @@ def splice(old_fdef: ast.FunctionDef, old_lines: list[str], new_lines: list[str]
     return fdef, Change(block, start, old, new, old_high)
 
 
-_PLACED: tuple[type, ...] = (
-    ast.stmt, ast.expr, ast.excepthandler, ast.arguments, ast.arg, ast.keyword, ast.alias, ast.comprehension,
-    ast.withitem, ast.match_case, ast.pattern, ast.type_ignore, *([ast.type_param] if hasattr(ast, "type_param") else []),
-)
-"""The nodes that have positions or hold nodes that do (not contexts and operators)."""
-
-
 class _Moved:
     """Copies of the nodes a change moves: those that hold it (copied, their end moved) and those
     after it (copied, `shift` lines down). `last`: the last line of the statements replaced;
@@ -140,14 +133,13 @@ def _first_line(node: Any) -> int:
 
 
 def _moved(node: Any, shift: int) -> Any:
-    """A deep copy of `node` `shift` lines down, what is stamped on its statements kept (contexts and
-    operators, which have no position, are shared: a third of a tree's nodes)."""
+    """A deep copy of `node` `shift` lines down, what is stamped on its statements kept."""
     fresh = node.__class__.__new__(node.__class__)
     attributes = fresh.__dict__
     for key, value in node.__dict__.items():
         if type(value) is list:
-            value = [_moved(item, shift) if isinstance(item, _PLACED) else item for item in value]
-        elif isinstance(value, _PLACED):
+            value = [_moved(item, shift) if isinstance(item, ast.AST) else item for item in value]
+        elif isinstance(value, ast.AST):
             value = _moved(value, shift)
         attributes[key] = value
     if "lineno" in attributes:
