@@ -228,7 +228,6 @@ def _same(got: Version, expected: Version, source: str) -> None:
     lines, ours_lines = set(expected.module_names.reads), set(got.module_names.reads)
     assert lines <= ours_lines <= lines | {(n.id, n.lineno) for n in loads}, source
     assert got.plain_code.co_varnames == expected.plain_code.co_varnames
-    assert got.shared_lines == expected.shared_lines, source
 
 
 def _same_resume_paths(old: Version, got: Version, expected: Version, source: str) -> None:
@@ -340,8 +339,8 @@ def _stamped(fdef: ast.FunctionDef) -> list[tuple[int, Path, int | None]]:
 
 
 def test_a_tree_spliced_from_the_old_one_is_the_tree_parsing_gives_and_leaves_the_old_one_alone() -> None:
-    """Differential: for surgeries of one line of generated functions (replaced, inserted after, or
-    removed), the new tree built by splicing the changed statements into the old tree (`daifu.core.splice`) must equal, positions and
+    """Differential: for one-line surgeries of generated functions, the new tree built by splicing
+    the changed statements into the old tree (`daifu.core.splice`) must equal, positions and
     stamped paths included, the tree parsing the new source gives; the old tree must not change."""
     rng = random.Random(3)
     spliced = 0
@@ -349,7 +348,7 @@ def test_a_tree_spliced_from_the_old_one_is_the_tree_parsing_gives_and_leaves_th
         source = ProgramGenerator(seed).source()
         old = build_version(0, source, 1, "g.py", 0, (), fast=False)
         before = ast.dump(old.fdef, include_attributes=True), _stamped(old.fdef)
-        for new_source in _edits(source, rng):  # a line replaced, inserted or removed
+        for new_source in _edits(source, rng)[::3]:  # the edits that replace a line
             found = splice(old.fdef, old.lines, new_source.split("\n"), 1)
             if found is None:
                 continue
@@ -383,10 +382,11 @@ def test_a_splice_ending_a_block_ends_the_statements_around_it_where_it_ends() -
 
 @pytest.mark.parametrize("new_line", [
     "            x = (1,",  # opens what the next lines do not close
+    "            a = 1; b = 2",  # two statements for one
     "            if x: pass",  # a compound statement
     "        \tg(y)",  # a tab where the function indents with spaces
 ])
-def test_a_change_that_does_not_parse_alone_is_parsed_whole(new_line: str) -> None:
+def test_a_change_that_is_not_line_for_line_is_parsed_whole(new_line: str) -> None:
     old = "def f(xs):\n    for x in xs:\n        y = x\n        g(y)\n    return xs\n"
     new = old.replace("        g(y)", new_line[4:])
     assert _spliced(old, new) is None
@@ -399,53 +399,6 @@ def test_statements_spliced_together_each_have_their_place() -> None:
     assert found is not None
     assert [path_of(s) for s in found[0].body[0].body] == [(0, "body", 0), (0, "body", 1)]
     assert [ast.unparse(s) for s in found[1].new] == ["y = x + 1", "g(y, 2)"]
-
-
-LAYERED = textwrap.dedent("""\
-    def f(xs, mode):
-        for x in xs:
-            try:
-                y = x
-                g(y)
-            except ValueError as error:
-                h(error)
-            finally:
-                done(x)
-            match mode:
-                case "a":
-                    g(1)
-                case _:
-                    g(2)
-        else:
-            g(3)
-        return xs
-""")
-
-
-@pytest.mark.parametrize("old_text, new_text", [
-    ("            g(y)\n", "            g(y)\n            g(y + 1)\n            g(y + 2)\n"),  # lines added
-    ("            y = x\n", ""),  # a line removed
-    ("            y = x\n            g(y)\n", "            y = x; g(y)\n"),  # two lines made one
-    ("            g(y)\n", "            g(y); g(-y)\n"),  # two statements for one, on one line
-    ("                g(1)\n", "                g(1)\n                g(1.5)\n"),  # in a `case`
-    ("            h(error)\n", "            h(error,\n              x)\n"),  # in a handler
-])
-def test_a_splice_that_moves_what_follows_gives_the_tree_parsing_gives(old_text: str, new_text: str) -> None:
-    new = LAYERED.replace(old_text, new_text)
-    assert new != LAYERED
-    old_fdef = build_version(0, LAYERED, 1, "t.py", 0, (), fast=False).fdef
-    before = ast.dump(old_fdef, include_attributes=True), _stamped(old_fdef)
-    found = splice(old_fdef, LAYERED.split("\n"), new.split("\n"), 1)
-    assert found is not None
-    parsed = build_version(0, new, 1, "t.py", 0, (), fast=False).fdef
-    assert ast.dump(found[0], include_attributes=True) == ast.dump(parsed, include_attributes=True)
-    assert _stamped(found[0]) == _stamped(parsed)
-    assert (ast.dump(old_fdef, include_attributes=True), _stamped(old_fdef)) == before
-
-
-def test_a_splice_emptying_the_end_of_a_block_is_left_to_parsing() -> None:
-    assert _spliced(LAYERED, LAYERED.replace("            g(y)\n", "")) is None  # the `try` body ends elsewhere
-    assert _spliced(LAYERED, LAYERED.replace("        g(3)\n", "")) is None  # the `else` would be empty
 
 
 def test_a_surgery_of_a_derived_version_compiles_neither() -> None:

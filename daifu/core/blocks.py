@@ -49,16 +49,14 @@ def block_of(node: ast.stmt, field: str) -> list[ast.stmt]:
 
 def annotate(fdef: ast.FunctionDef) -> None:
     """Stamp every statement of the function (not of nested scopes) with its path."""
-    annotate_block(fdef.body, (), 0)
 
+    def walk(block: list[ast.stmt], prefix: Path) -> None:
+        for index, statement in enumerate(block):
+            statement._daifu_path = prefix + (index,)  # type: ignore[attr-defined]
+            for field, child in child_blocks(statement):
+                walk(child, prefix + (index, field))
 
-def annotate_block(statements: list[ast.stmt], block: Path, first: int) -> None:
-    """Stamp `statements`, at positions `first`, `first + 1`... of the block at `block` (a path's
-    prefix), and every statement in them, with their paths."""
-    for index, statement in enumerate(statements, first):
-        statement._daifu_path = block + (index,)  # type: ignore[attr-defined]
-        for field, child in child_blocks(statement):
-            annotate_block(child, block + (index, field), 0)
+    walk(fdef.body, ())
 
 
 def path_of(node: ast.stmt) -> Path:

@@ -280,13 +280,12 @@ def build_version(
     spliced = splice(like.fdef, like.lines, lines, first_lineno) if like is not None else None
     if like is not None and spliced is not None:
         fdef, change = spliced
-        shift = len(lines) - len(like.lines)
-        derived = _derived(like, change, shift)
+        derived = _derived(like, change, 0)
         if derived is not None:  # nothing to walk: the blocks are the old ones
             scope, reads = derived
             version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names,
-                              like.nesting, runtime, None, shared_after(like.shared_lines, change, shift),
-                              change=change, derived_from=like, derived_names=reads, inherited=like)
+                              like.nesting, runtime, None, shared_after(like.shared_lines, change), change=change,
+                              derived_from=like, derived_names=reads, inherited=like)
             return _finished(version, fast)
     else:
         fdef = normalize(parse_function(source, first_lineno))
