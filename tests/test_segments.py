@@ -308,6 +308,7 @@ def test_the_first_calls_after_a_surgery_from_several_threads_at_once_all_run_th
     decide(daifu.Surgery(inspect.getsource(g).replace("x / 0", "-x")))
     assert g(1) == -1
     assert g.__code__ is g.__daifu__._stub  # no loop, no switch: the next call compiles the new code
+    assert g.__code__.co_filename.endswith("(surgery 1)")  # the first version's stub, in the new file
     results: list[object] = []
     threads = [threading.Thread(target=lambda n=n: results.append(g(n))) for n in range(4)]
     for thread in threads:

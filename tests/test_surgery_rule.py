@@ -193,6 +193,7 @@ REPLACEMENTS = [
     "trace.append(math.pi)", "kept.append(lambda: a)", "trace.append([a for _ in range(2)])", "del b",
     "a += undefined_name", "import os", "global a", "trace.append(b) if a else None", "# only a comment",
     "undefined_name = a", "fresh: int = 3", "math = a", "trace = list(trace)", "(other := a)",
+    "b = a; trace.append(b)",
 ]
 """Statements a surgery's line may become: some keep the scope (derived), some do not (compiled)."""
 
@@ -228,6 +229,7 @@ def _same(got: Version, expected: Version, source: str) -> None:
     lines, ours_lines = set(expected.module_names.reads), set(got.module_names.reads)
     assert lines <= ours_lines <= lines | {(n.id, n.lineno) for n in loads}, source
     assert got.plain_code.co_varnames == expected.plain_code.co_varnames
+    assert (got.shared_lines, got.nesting) == (expected.shared_lines, expected.nesting), source
 
 
 def _same_resume_paths(old: Version, got: Version, expected: Version, source: str) -> None:

@@ -186,6 +186,8 @@ class Vaccine:
         with _collection_paused():  # thousands of new AST nodes would trigger full collections
             first = self._build(source, first_lineno)
             first.compile_anywhere(self.qualname)
+            # A surgery keeps the signature: its stub is this one, renamed, not compiled on its restore path.
+            self._stub_template = qualified(first.stub_code(), self.qualname) if seed is None else None
         self._install(first)
 
     # -- versions ---------------------------------------------------------------------------
@@ -227,7 +229,15 @@ class Vaccine:
         if version.compiled:
             self._give(version)
         else:
-            self._stub = self.function.__code__ = qualified(version.stub_code(), self.qualname)
+            self._stub = self.function.__code__ = self._stub_code(version)
+
+    def _stub_code(self, version: Version) -> CodeType:
+        """`version`'s stub (`Version.stub_code`): the first version's, in the new version's file, when
+        the `def` line did not move (a surgery cannot change the signature); else compiled."""
+        template = self._stub_template
+        if template is not None and _def_lines(version.fdef) == _def_lines(self.versions[0].fdef):
+            return template.replace(co_filename=version.filename)
+        return qualified(version.stub_code(), self.qualname)
 
     def _give(self, version: Version) -> None:
         """Give the function object `version`'s fast path, in place."""
@@ -713,6 +723,11 @@ class Vaccine:
         progress.pop(site.path, None)
         fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else {}
         progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
+
+
+def _def_lines(fdef: ast.FunctionDef) -> tuple[int, ...]:
+    """Where a function's definition starts: its decorators' lines and its `def` line."""
+    return (*(decorator.lineno for decorator in fdef.decorator_list), fdef.lineno)
 
 
 def _compiles(version: Version) -> None:

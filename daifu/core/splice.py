@@ -98,16 +98,14 @@ def _own_list(holder: Any, name: str, old_end: tuple[Any, Any], new_end: tuple[A
     return statements
 
 
-def shared_after(shared: frozenset[int], change: Change) -> frozenset[int]:
+def shared_after(shared: frozenset[int], change: Change, shift: int) -> frozenset[int]:
     """The lines where more than one statement sits (`blocks.shared_lines`) after `change`, from
-    those before it (`shared`): the replaced statements' lines are the new ones' alone."""
-    replaced = change.lines()
-    if replaced is None:
-        return shared
-    first, last = replaced
+    those before it (`shared`): the replaced statements' lines are the new ones' alone, and the lines
+    after them are `shift` lines down (when the new source is longer by `shift`)."""
+    first, last = change.lines() or (change.end, change.end - 1)  # none replaced: only lines inserted
     count: dict[int, int] = {}
     for statement in change.new:
         for line in range(statement.lineno, (statement.end_lineno or statement.lineno) + 1):
             count[line] = count.get(line, 0) + 1
-    kept = {line for line in shared if not first <= line <= last}
+    kept = {line if line < first else line + shift for line in shared if not first <= line <= last}
     return frozenset(kept | {line for line, n in count.items() if n > 1})

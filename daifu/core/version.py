@@ -284,7 +284,7 @@ def build_version(
         if derived is not None:  # nothing to walk: the blocks are the old ones
             scope, reads = derived
             version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names,
-                              like.nesting, runtime, None, shared_after(like.shared_lines, change), change=change,
+                              like.nesting, runtime, None, shared_after(like.shared_lines, change, 0), change=change,
                               derived_from=like, derived_names=reads, inherited=like)
             return _finished(version, fast)
     else:
@@ -294,18 +294,20 @@ def build_version(
     annotate(fdef)
     statements = _walk_function(fdef)
     finals = number_finals(statements)
-    loops, withs, nesting = _depths(fdef.body)
     small = None
     if like is not None and spliced is None:
         small = small_change(like.fdef, like.lines, fdef, lines, first_lineno)
     if like is not None and small is not None:
-        derived = _derived(like, small, len(lines) - len(like.lines))
-        if derived is not None:
+        shift = len(lines) - len(like.lines)
+        derived = _derived(like, small, shift)
+        if derived is not None:  # only simple statements changed: the old nesting, the shared lines moved
             scope, reads = derived
             version = Version(number, source, first_lineno, fdef, replace(scope, declared=_declarations(statements)),
-                              None, filename, flags, free_names, nesting, runtime, None, shared_lines(fdef),
-                              change=small, derived_from=like, derived_names=reads)
+                              None, filename, flags, free_names, like.nesting, runtime, None,
+                              shared_after(like.shared_lines, small, shift), change=small, derived_from=like,
+                              derived_names=reads)
             return _finished(version, fast)
+    loops, withs, nesting = _depths(fdef.body)
     compiled, names = fdef, None
     seed_declared: tuple[ast.stmt, ...] = ()
     if seed:
