@@ -193,7 +193,7 @@ REPLACEMENTS = [
     "trace.append(math.pi)", "kept.append(lambda: a)", "trace.append([a for _ in range(2)])", "del b",
     "a += undefined_name", "import os", "global a", "trace.append(b) if a else None", "# only a comment",
     "undefined_name = a", "fresh: int = 3", "math = a", "trace = list(trace)", "(other := a)",
-    "b = a; trace.append(b)",
+    "b = a; trace.append(b)", "pass  # a comment beside a statement",
 ]
 """Statements a surgery's line may become: some keep the scope (derived), some do not (compiled)."""
 
@@ -237,6 +237,18 @@ def _same_resume_paths(old: Version, got: Version, expected: Version, source: st
     are worked out from the change) as of `expected` (the same source, parsed: matched block by block)."""
     for _line, path, _final in _stamped(old.fdef)[::3]:  # a third of them: the full matching is slow
         assert resume_path(old, got, path) == resume_path(old, expected, path), (source, path)
+
+
+@pytest.mark.parametrize("new_line", ["        y = x  # noted", "        y = (x)", "        y = x + 0"])
+def test_a_derived_resume_path_is_the_one_matching_the_blocks_gives(new_line: str) -> None:
+    old = "def f(xs):\n    for x in xs:\n        y = x\n        g(y)\n    return xs\n"
+    new = old.replace("        y = x", new_line)
+    got, expected = _derive(old, new)
+    assert got.derived_from is not None and expected.derived_from is None
+    for _line, path, _final in _stamped(got.derived_from.fdef):
+        assert resume_path(got.derived_from, got, path) == resume_path(got.derived_from, expected, path), path
+    changed = new_line.endswith("+ 0")
+    assert resume_path(got.derived_from, got, (0,)) == ((0,), not changed, {})  # only a changed loop runs again
 
 
 def test_a_version_derived_from_the_old_one_has_the_scope_and_reads_compiling_it_gives() -> None:

@@ -360,23 +360,26 @@ def _across(change: Change, old: Version, new: Version, path: Path) -> tuple[Pat
         if getattr(node, "finalbody", None):
             finals[final_number(node)] = final_number(node)
         block = block_of(node, path[level + 1])
+    old_keys, new_keys, _key = _Keys(old, new, _shape).pair(change.old, change.new)
+    depth = len(change.block)
+    moved = path
+    if len(path) > depth and path[:depth] == change.block and path[depth] >= change.start + len(change.old):
+        moved = (*change.block, path[depth] + len(change.new) - len(change.old), *path[depth + 1 :])
+    if old_keys == new_keys:  # reformatted, or only comments changed
+        return moved, True, finals
     last = len(path) - 1
     if len(change.block) > last and change.block[:last] == path[:last] and change.block[last] <= path[last]:
         return (*path[:last], change.block[last]), False, finals  # the crashed block changed from there
-    depth = len(change.block)
     if len(path) <= depth or path[:depth] != change.block or path[depth] < change.start:
         return path, True, finals
     offset = path[depth] - change.start
-    old_keys, new_keys, _key = _Keys(old, new, _shape).pair(change.old, change.new)
-    if old_keys != new_keys:
-        matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
-        for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
-            if tag != "equal" and i1 <= offset and len(path) == depth + 1:
-                return (*change.block, change.start + j1), False, finals
-            if tag == "equal" and i1 <= offset < i2:
-                return (*change.block, change.start + j1 + offset - i1), True, finals
-    moved = len(change.new) - len(change.old) if offset >= len(change.old) else 0
-    return (*change.block, path[depth] + moved, *path[depth + 1 :]), True, finals
+    matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
+    for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
+        if tag != "equal" and i1 <= offset and len(path) == depth + 1:
+            return (*change.block, change.start + j1), False, finals
+        if tag == "equal" and i1 <= offset < i2:
+            return (*change.block, change.start + j1 + offset - i1), True, finals
+    return moved, True, finals
 
 
 def _changed_enclosing(old_node: ast.stmt, new_block: list[ast.stmt]) -> str:
