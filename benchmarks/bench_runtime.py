@@ -241,8 +241,9 @@ def restore_times(runs: int, crash_step: int, switches: list[float]) -> dict[str
     decisions = {
         "Retry": lambda crash: daifu.Retry(),
         "Action": lambda crash: daifu.Action("clip = 2.0"),
-        # A one-line fix (its tree spliced into the old one), one that adds a line (parsed whole, its
-        # scope the old one's), one that binds a new local (parsed and compiled whole).
+        # A one-line fix (its tree spliced into the old one, its scope the old one's), one that adds a
+        # line (parsed whole, its scope the old one's), one that binds a new local (spliced, its scope
+        # the old one's and the new local).
         "Surgery": lambda crash: daifu.Surgery(source.replace("            fault(step)\n", "            pass\n")),
         "Surgery +line": lambda crash: daifu.Surgery(
             source.replace("            fault(step)\n", "            pass\n            pass\n")),
