@@ -163,6 +163,45 @@ def test_surgery_binding_a_name_the_crash_missed_resumes_without_compiling_the_f
     assert train([6]) == 3.0  # the next call runs the new code
 
 
+def test_surgery_of_a_loop_body_after_its_iterator_raised_goes_on_with_the_next_item(decide):
+    class Fetch:
+        """An iterator over items 0 to 4 whose fetch of item 3 fails once (per `Loader`)."""
+
+        def __init__(self, loader):
+            self.loader, self.next = loader, 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            if self.next == 3 and not self.loader.failed:
+                self.loader.failed = True
+                raise OSError("transient fetch error")
+            if self.next == 5:
+                raise StopIteration
+            self.next += 1
+            return self.next - 1
+
+    class Loader:
+        """Like a DataLoader: each `iter()` starts a new pass over the items."""
+
+        failed = False
+
+        def __iter__(self):
+            return Fetch(self)
+
+    @daifu.transform
+    def train(loader):
+        seen = []
+        for x in loader:
+            seen.append(x)
+        return seen
+
+    seen = decide(daifu.Surgery(source_of(train, "seen.append(x)", "seen.append(x * 10)")))
+    assert train(Loader()) == [0, 1, 2, 30, 40]  # no item twice: the loop was not started over
+    assert seen[0].kind == "for"
+
+
 def test_surgery_of_a_line_above_resumes_there(decide):
     ran = []
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daifu.core.blocks import HEADER_KINDS, TRY, Path, block_of, child_blocks
+from daifu.core.blocks import COMPOUND, HEADER_KINDS, TRY, Path, block_of, child_blocks
 from daifu.core.changes import Change
 from daifu.core.rewrite import final_number
 from daifu.core.version import Version
@@ -301,7 +301,9 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
 
     Returns the path, whether it is the faulty statement's own counterpart (False: a changed
     statement, to be run from its start), and the enclosing `try ... finally` statements' numbers
-    (old to new).
+    (old to new). A compound statement whose header raised is its own counterpart when only its
+    blocks changed: a `for` whose iterator raised goes on with the next item, as after a retry,
+    instead of starting over.
     """
     if new.derived_from is old and new.change is not None:
         return _across(new.change, old, new, path)
@@ -338,12 +340,19 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
     if old_keys == new_keys:
         return tuple(new_path + [index]), True, finals
     matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
-    for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "equal" and i1 <= index:
-            return tuple(new_path + [j1]), False, finals
+            own = tag == "replace" and i1 == index and i2 - i1 == j2 - j1  # the faulty statement changed
+            return tuple(new_path + [j1]), own and _same_header(old_block[index], new_block[j1]), finals
         if tag == "equal" and i1 <= index < i2:
             return tuple(new_path + [j1 + index - i1]), True, finals
     return tuple(new_path + [len(new_block)]), False, finals
+
+
+def _same_header(old: ast.stmt, new: ast.stmt) -> bool:
+    """Whether a compound statement whose header raised is the same but for its blocks: the run
+    resumes at its header as it would have without the surgery (a `for` goes on with its iterator)."""
+    return isinstance(old, COMPOUND) and _header_shape(old) == _header_shape(new)
 
 
 def _across(change: Change, old: Version, new: Version, path: Path) -> tuple[Path, bool, dict[int, int]]:
@@ -369,7 +378,9 @@ def _across(change: Change, old: Version, new: Version, path: Path) -> tuple[Pat
         return moved, True, finals
     last = len(path) - 1
     if len(change.block) > last and change.block[:last] == path[:last] and change.block[last] <= path[last]:
-        return (*path[:last], change.block[last]), False, finals  # the crashed block changed from there
+        # The crashed block changed from there: inside the statement whose header raised (which
+        # goes on as it was), or inside one before the faulty statement (which runs again).
+        return (*path[:last], change.block[last]), change.block[last] == path[last], finals
     if len(path) <= depth or path[:depth] != change.block or path[depth] < change.start:
         return path, True, finals
     offset = path[depth] - change.start
