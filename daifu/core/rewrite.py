@@ -293,10 +293,11 @@ class Rewriter:
         self._prologue: list[ast.stmt] | None = None
         self._statements: dict[tuple[int, _Depth], list[ast.stmt]] = {}
         if forms_of is not None and forms_of.flavour is flavour and _same_but_locals(forms_of.scope, scope):
-            # A version sharing most of its tree with an older one, and its scope but maybe new plain
-            # locals (`daifu.core.splice`), which no statement's form names: the forms of the
-            # statements they share are the same. Keyed by node identity, and the older tree lives
-            # on with its version, so no key can name another node.
+            # A version derived from an older one, with its scope but maybe new plain locals, which
+            # no statement's form names: the forms of the statements whose nodes they share (all but
+            # those spliced in, `daifu.core.splice`; none when the new tree was parsed) are the same.
+            # Keyed by node identity, and the older tree lives on with its version, so no key can
+            # name another node.
             self._statements = dict(forms_of._statements)
         self._segment: _Segment | None = None
 

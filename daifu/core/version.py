@@ -59,11 +59,11 @@ class Version:
     change: Change | None = None
     """How it differs from the version it was derived from, `derived_from` (`build_version(like=...)`)."""
     derived_from: Version | None = field(default=None, repr=False, compare=False)
+    """The older version it was derived from. When its tree shares that version's nodes (but for the
+    statements spliced in, `daifu.core.splice`), its rewriter starts with the forms that version's
+    built (`Rewriter`)."""
     derived_names: ModuleNames | None = None
     """What it does with its module's names, when derived from an older version (`module_names`)."""
-    inherited: Version | None = field(default=None, repr=False, compare=False)
-    """The older version whose tree it shares but for the statements spliced in (`daifu.core.splice`),
-    with the same scope: its rewriter starts with the forms that version's built (`Rewriter`)."""
 
     @property
     def plain_code(self) -> CodeType:
@@ -97,7 +97,8 @@ class Version:
     def rewriter(self) -> Rewriter:
         """The rewriter of the fast path and the plain continuations: the statements' forms it
         builds are what all of them are made of, so each is built once per version (`Rewriter.statement`)."""
-        return Rewriter(self.scope, forms_of=self.inherited.rewriter if self.inherited is not None else None)
+        older = self.derived_from
+        return Rewriter(self.scope, forms_of=older.rewriter if older is not None else None)
 
     @cached_property
     def fast_code(self) -> CodeType:
@@ -278,35 +279,29 @@ def build_version(
     if seed:
         like = None  # under the prototype's scope model the body is compiled: nothing is derived
     spliced = splice(like.fdef, like.lines, lines, first_lineno) if like is not None else None
-    if like is not None and spliced is not None:
+    statements: list[ast.stmt] | None = None  # a spliced tree's blocks are the old ones: nothing to walk
+    change: Change | None
+    if spliced is not None:
         fdef, change = spliced
-        derived = _derived(like, change, 0)
-        if derived is not None:  # nothing to walk: the blocks are the old ones
-            scope, reads = derived
-            version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names,
-                              like.nesting, runtime, None, shared_after(like.shared_lines, change, 0), change=change,
-                              derived_from=like, derived_names=reads, inherited=like)
-            return _finished(version, fast)
     else:
         fdef = normalize(parse_function(source, first_lineno))
         if isinstance(fdef, ast.AsyncFunctionDef):
             raise ValueError("the source defines an async function")
-    annotate(fdef)
-    statements = _walk_function(fdef)
-    finals = number_finals(statements)
-    small = None
-    if like is not None and spliced is None:
-        small = small_change(like.fdef, like.lines, fdef, lines, first_lineno)
-    if like is not None and small is not None:
+        statements, finals = _stamped(fdef)
+        change = small_change(like.fdef, like.lines, fdef, lines, first_lineno) if like is not None else None
+    if like is not None and change is not None:
         shift = len(lines) - len(like.lines)
-        derived = _derived(like, small, shift)
+        derived = _derived(like, change, shift)
         if derived is not None:  # only simple statements changed: the old nesting, the shared lines moved
             scope, reads = derived
-            version = Version(number, source, first_lineno, fdef, replace(scope, declared=_declarations(statements)),
-                              None, filename, flags, free_names, like.nesting, runtime, None,
-                              shared_after(like.shared_lines, small, shift), change=small, derived_from=like,
-                              derived_names=reads)
+            if statements is not None:  # parsed anew: its own `global` / `nonlocal` statements
+                scope = replace(scope, declared=_declarations(statements))
+            version = Version(number, source, first_lineno, fdef, scope, None, filename, flags, free_names,
+                              like.nesting, runtime, None, shared_after(like.shared_lines, change, shift),
+                              change=change, derived_from=like, derived_names=reads)
             return _finished(version, fast)
+    if statements is None:  # spliced, but not derived: compiled whole
+        statements, finals = _stamped(fdef)
     loops, withs, nesting = _depths(fdef.body)
     compiled, names = fdef, None
     seed_declared: tuple[ast.stmt, ...] = ()
@@ -334,6 +329,14 @@ def build_version(
     version = Version(number, source, first_lineno, fdef, scope, plain_code, filename, flags, free_names,
                       nesting, runtime, names, shared_lines(fdef))
     return _finished(version, fast)
+
+
+def _stamped(fdef: ast.FunctionDef) -> tuple[list[ast.stmt], int]:
+    """Stamp the function's statements with their paths and its `try ... finally` statements with
+    their numbers; its statements, and how many of those there are."""
+    annotate(fdef)
+    statements = _walk_function(fdef)
+    return statements, number_finals(statements)
 
 
 def _finished(version: Version, fast: bool) -> Version:
