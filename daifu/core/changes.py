@@ -6,9 +6,10 @@ those replacing them are simple (no block, no nested scope, no `global`, `nonloc
 scope: the same locals, cells and flags, plus the names the new statements bind that the old
 function did not (when no code nested in it reads them, they are plain new locals). The names it
 reads from its module are then the old function's, but for those the old run read and those that
-became locals, plus what the new run reads. A surgery's version learns both from the old version (`build_version(like=...)`)
-instead of compiling the whole new function before the run resumes; the new statements are
-compiled with the code the run resumes in (`Vaccine._prepare` checks that they are in it).
+became locals, plus what the new run reads. A surgery's version learns both from the old version
+(`build_version(like=...)`) instead of compiling the whole new function before the run resumes;
+the new statements are compiled with the code the run resumes in (`Vaccine._prepare` checks that
+they are in it).
 """
 
 from __future__ import annotations
