@@ -41,6 +41,7 @@ from daifu.decide.allowlist import (
     check_surgery_safety,
     context_for,
 )
+from daifu.decide.allowlist_system import system_attributes
 from daifu.decide.automatic import candidates
 from daifu.core.crash import Crash
 from daifu.report.build import build_report
@@ -130,7 +131,9 @@ def test_the_corpus_covers_every_spelling_the_issue_names() -> None:
 def test_every_payload_is_refused_as_an_action(payload: Payload, context: Context) -> None:
     verdict = check_safety(code_of(payload), context)
     assert not verdict.ok
-    assert all(reason.startswith("line ") for reason in verdict.reasons), verdict.reasons
+    assert all(reason.startswith("line ") and " of the action: " in reason for reason in verdict.reasons), (
+        verdict.reasons
+    )
 
 
 @pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: p.name)
@@ -149,7 +152,7 @@ def test_every_payload_is_refused_inside_a_surgery(payload: Payload, crash: Cras
     surgery = embedded_in_surgery(code_of(payload), crash.source, "loss = F.cross_entropy(out, y)")
     verdict = check_surgery_safety(surgery, context)
     assert not verdict.ok
-    first_inserted = crash.source.splitlines().index(
+    first_inserted = crash.first_lineno - 1 + crash.source.splitlines().index(  # in file lines, as messages say
         next(line for line in crash.source.splitlines() if "loss = F.cross_entropy" in line)
     )
     lines = {int(reason.split(":")[0].removeprefix("line ")) for reason in verdict.reasons}
@@ -250,9 +253,10 @@ def test_a_surgery_must_be_one_function(context: Context, crash: Crash) -> None:
 def test_reasons_name_the_construct_and_its_line(context: Context) -> None:
     verdict = check_safety("x = x.float()\nimport socket\ny = y.long()\nos.system('ls')", context)
     assert verdict.reasons == (
-        "line 2: `import socket`: only difflib, math, numpy, os, os.path, pathlib, time, torch, torch.cuda, "
-        "torch.nn, torch.nn.functional, torch.utils, torch.utils.data may be imported",
-        "line 4: calls `os.system` (os.system), which is not on the allowlist",
+        "line 2 of the action: `import socket`: only cmath, difflib, math, numpy, numpy.fft, numpy.linalg, os, "
+        "os.path, pathlib, statistics, time, torch, torch.cuda, torch.fft, torch.linalg, torch.nn, "
+        "torch.nn.functional, torch.nn.init, torch.special, torch.utils, torch.utils.data may be imported",
+        "line 4 of the action: calls `os.system` (os.system), which is not on the allowlist",
     )
 
 
@@ -335,21 +339,29 @@ REVIEWED = {
     "modules",
     "mkdir",
     "eval",
+    "select",
+    "type",
+    "absolute",
 }
 """Names that are also attributes of a dangerous module but harmless there (`builtins.int`; `sys.modules`
-is a dict, which a call cannot run; `os.mkdir` makes a folder as `os.makedirs` may), or allowed with a
-guard (`eval` only without arguments)."""
+is a dict, which a call cannot run; `os.mkdir` makes a folder as `os.makedirs` may; `subprocess.select`
+is the `select` module it imported; `Path.absolute` computes a path), allowed with a guard (`eval` only
+without arguments), or a tensor's conversion (`x.type(torch.float)`) where the builtin `type` is refused
+as a call."""
 
 
-def test_no_allowed_method_names_an_effect_of_a_dangerous_module() -> None:
+def test_no_allowed_method_names_an_effect_of_a_dangerous_module(context: Context) -> None:
+    anywhere = METHODS | (context.methods - system_attributes())  # what any receiver may be called with
     clashes = {
         f"{getattr(m, '__name__', m)}.{name}"
         for m in DANGEROUS_MODULES
-        for name in METHODS
+        for name in anywhere
         if hasattr(m, name) and name not in REVIEWED
     }
     assert clashes == set()
+    assert anywhere & system_attributes() == {"eval"}  # `model.eval()`, admitted without arguments only
     assert {"remove", "copy", "pop", "clear", "update"} <= CONTAINER_METHODS  # the ones that clash live here
+    assert {"to_dense", "detach", "float", "long", "flatten", "clamp", "reshape", "median"} <= anywhere
 
 
 def test_no_allowed_call_reads_or_writes_files_or_runs_code() -> None:

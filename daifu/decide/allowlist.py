@@ -117,7 +117,8 @@ def check_safety(code: str, context: Context | None = None) -> Verdict:
     tree = parse_code(code, "the action")
     if isinstance(tree, str):
         return Verdict((tree,))
-    return _verdict(tree.body, context or Context(), deletable=_stores(tree.body), parameters=frozenset())
+    return _verdict(tree.body, context or Context(), deletable=_stores(tree.body), parameters=frozenset(),
+                    first_lineno=None)
 
 
 def check_surgery_safety(source: str, context: Context) -> Verdict:
@@ -139,15 +140,16 @@ def _check_def(source: str, running: str, context: Context, what: str) -> Verdic
         return Verdict((new,))
     old = _one_def(running, "the running function") if running else None
     old_def = old if isinstance(old, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    line = f"line {context.first_lineno + new.lineno - 1}"
     if old_def is not None and _header(old_def) != _header(new):
         return Verdict(
             (
-                f"line {new.lineno}: {what} changes the def line (name, decorators, parameters, defaults or "
+                f"{line}: {what} changes the def line (name, decorators, parameters, defaults or "
                 "annotations); only its body may change without a person",
             )
         )
     if isinstance(new, ast.AsyncFunctionDef):
-        return Verdict((f"line {new.lineno}: an async function cannot be changed without a person",))
+        return Verdict((f"{line}: an async function cannot be changed without a person",))
     changed = list(changed_statements(old_def.body if old_def else [], new.body))
     parameters = frozenset(
         a.arg
@@ -156,7 +158,8 @@ def _check_def(source: str, running: str, context: Context, what: str) -> Verdic
         for a in ast.walk(d.args)
         if isinstance(a, ast.arg)
     )
-    return _verdict(changed, context, deletable=_stores(new.body), parameters=parameters)
+    return _verdict(changed, context, deletable=_stores(new.body), parameters=parameters,
+                    first_lineno=context.first_lineno)
 
 
 def _one_def(source: str, what: str) -> ast.FunctionDef | ast.AsyncFunctionDef | str:
@@ -194,9 +197,14 @@ def _stores(statements: list[ast.stmt]) -> frozenset[str]:
 
 
 def _verdict(
-    statements: list[ast.stmt], context: Context, *, deletable: frozenset[str], parameters: frozenset[str]
+    statements: list[ast.stmt],
+    context: Context,
+    *,
+    deletable: frozenset[str],
+    parameters: frozenset[str],
+    first_lineno: int | None,
 ) -> Verdict:
-    checker = Checker(context, statements, deletable, parameters)
+    checker = Checker(context, statements, deletable, parameters, first_lineno)
     try:
         for statement in statements:
             checker.statement(statement)

@@ -18,11 +18,9 @@ from daifu.decide.allowlist_tables import (
     BOUNDS_NOT_SIZES,
     BROAD_EXCEPTIONS,
     BUILTINS,
-    CALLS,
     CONTAINER_BUILDERS,
     CONTAINER_METHODS,
     CONTEXT_MANAGERS,
-    EFFECT_ATTRIBUTES,
     IMPORTS,
     MAX_CODE,
     MAX_ELEMENTS,
@@ -34,6 +32,7 @@ from daifu.decide.allowlist_tables import (
     STRING_RESULTS,
     VALUES,
 )
+from daifu.decide.allowlist_system import system_attributes
 
 if TYPE_CHECKING:
     from daifu.decide.allowlist_context import Context
@@ -46,12 +45,20 @@ class Checker:
     `with ... as`, `except ... as`, lambda parameters); `imports` maps the names its imports bind to
     the module or allowlisted path they stand for. `deletable` are the names the code (an action) or
     its function (a surgery) assigns; `known` adds the frame's names and the function's parameters.
+    `first_lineno` is the file line of the checked source's first line (a surgery's, a patch's), or
+    `None` for an action, whose lines are its own: every reason names the line a person can find.
     """
 
     def __init__(
-        self, context: Context, statements: list[ast.stmt], deletable: frozenset[str], parameters: frozenset[str]
+        self,
+        context: Context,
+        statements: list[ast.stmt],
+        deletable: frozenset[str],
+        parameters: frozenset[str],
+        first_lineno: int | None = None,
     ) -> None:
         self.context = context
+        self.first_lineno = first_lineno
         self.deletable = deletable
         self.known = context.names | deletable | parameters
         self.reasons: list[str] = []
@@ -65,7 +72,13 @@ class Checker:
 
     def refuse(self, node: ast.AST | None, what: str) -> None:
         line = getattr(node, "lineno", None)
-        self.reasons.append(f"line {line}: {what}" if line else what)
+        self.reasons.append(f"{self.line(line)}: {what}" if line else what)
+
+    def line(self, lineno: int) -> str:
+        """`line N` of the file (a surgery, a patch), or `line N of the action`."""
+        if self.first_lineno is None:
+            return f"line {lineno} of the action"
+        return f"line {self.first_lineno + lineno - 1}"
 
     # -- names the code binds, found before checking so that order does not matter
 
@@ -228,7 +241,7 @@ class Checker:
             full = f"{module}.{alias.name}"
             if alias.name == "*":
                 self.refuse(node, f"`from {module} import *` binds names nobody can see")
-            elif node.level or module not in IMPORTS or full not in CALLS | VALUES | IMPORTS:
+            elif node.level or module not in IMPORTS or not (self.context.admits(full) or full in VALUES | IMPORTS):
                 self.refuse(node, f"`from {'.' * node.level}{module} import {alias.name}` is not on the allowlist")
             else:
                 self._import_binding(node, alias.asname or alias.name, full)
@@ -304,12 +317,22 @@ class Checker:
             self.refuse(node, f"uses the dunder name `{name}`")
         elif self.module_of(name) is not None:
             self.refuse(node, f"uses the module `{name}` as a value")
-        elif name in self.imports and self.imports[name] not in CALLS | VALUES:
+        elif name in self.imports and not self._admitted(self.imports[name]):
             self.refuse(node, f"uses `{name}` ({self.imports[name]}) as a value")
         elif self._is_builtin(name) and name not in BUILTINS and not is_exception_class(name):
             self.refuse(node, f"uses the builtin `{name}`, which is not on the allowlist")
         elif not self._known(name):
             self.refuse(node, f"uses `{name}`, which is not defined where the code runs")
+        elif name in self.context.refused and not self._own(name) and name not in self.context.paths:
+            self.refuse(node, f"hands on `{name}` as a value, and a callable handed on is called: "
+                              f"{self.context.refused[name]}")
+
+    def _own(self, name: str) -> bool:
+        """Whether `name` is bound by the checked code itself or by a lambda or comprehension around it."""
+        return name in self.bound or any(name in scope for scope in self.scopes)
+
+    def _admitted(self, path: str) -> bool:
+        return self.context.admits(path) or path in VALUES
 
     def _known(self, name: str) -> bool:
         """Whether `name` is bound where it is read: in the frame, by the code or its function in their own
@@ -324,12 +347,30 @@ class Checker:
         self._attribute(node)
         path = self.module_path(node)
         if path is not None:
-            if path not in CALLS | VALUES:
+            if not self._admitted(path):
                 self.refuse(node, f"reads `{text_of(node)}` ({path}), which is not on the allowlist")
             return
-        if node.attr in EFFECT_ATTRIBUTES:
-            self.refuse(node, f"takes the method `.{node.attr}` as a value")
+        self._attribute_value(node)
         self.expr(node.value)
+
+    def _attribute_value(self, node: ast.Attribute) -> None:
+        """An attribute read as a value may be a callable handed on to something that calls it
+        (`map(p.touch, ...)`, `max(key=p.chmod)`): judged as a call. Looked up on the frame's live
+        value where that runs no code of the program; otherwise judged by its name."""
+        chain: list[str] = []
+        receiver: ast.expr = node
+        while isinstance(receiver, ast.Attribute):
+            chain.append(receiver.attr)
+            receiver = receiver.value
+        if isinstance(receiver, ast.Name) and not self._own(receiver.id) and receiver.id in self.context.values:
+            known, reason = self.context.look_up(receiver.id, list(reversed(chain)))
+            if reason is not None:
+                self.refuse(node, f"hands on `{text_of(node)}` as a value, and a callable handed on is called: {reason}")
+                return
+            if known:
+                return
+        if node.attr in system_attributes():
+            self.refuse(node, f"takes `.{node.attr}`, a method of files, paths, processes or sockets, as a value")
 
     def _attribute(self, node: ast.Attribute) -> None:
         if node.attr.startswith("_"):
@@ -440,7 +481,7 @@ class Checker:
                 self.refuse(node, f"calls a computed callee `{text}`")
             return
         path = self.module_path(func)
-        if path in CALLS:  # first, so that an allowlisted callee keeps its bounds (`time.sleep`)
+        if path is not None and self.context.admits(path):  # first: an admitted callee keeps its bounds
             self._module_call(node, path, text)
         elif root not in self.bound and root not in self.imports and text in self.context.callables:
             if isinstance(func, ast.Attribute):  # the function's own call, on its own object or module
@@ -455,7 +496,7 @@ class Checker:
             self._method(node, func)  # type: ignore[arg-type]
 
     def _module_call(self, node: ast.Call, path: str, text: str) -> None:
-        if path not in CALLS:
+        if not self.context.admits(path):
             self.refuse(node, f"calls `{text}` ({path}), which is not on the allowlist")
             return
         if path == "time.sleep":
@@ -479,19 +520,22 @@ class Checker:
         method = func.attr
         self._attribute(func)
         receiver = func.value
-        if method in METHODS:
+        if method in CONTAINER_METHODS and self._holds(receiver, self.context.containers, self.made_containers):
+            pass
+        elif method in METHODS or (method in self.context.methods and method not in system_attributes()):
             if method == "eval" and (node.args or node.keywords):
                 self.refuse(node, "calls `.eval(...)` with arguments")
         elif method in CONTAINER_METHODS:
-            if not self._holds(receiver, self.context.containers, self.made_containers):
-                self.refuse(
-                    node, f"calls `.{method}()` on `{text_of(receiver)}`, not a name known to hold a list, dict or set"
-                )
+            self.refuse(
+                node, f"calls `.{method}()` on `{text_of(receiver)}`, not a name known to hold a list, dict or set"
+            )
         elif method in STRING_METHODS:
             if not (isinstance(receiver, ast.Constant) and isinstance(receiver.value, str)) and not self._holds(
                 receiver, self.context.strings, self.made_strings
             ):
                 self.refuse(node, f"calls `.{method}()` on `{text_of(receiver)}`, not a name known to hold a str")
+        elif method in self.context.methods and self._holds(receiver, self.context.arrays, set()):
+            pass  # `copy`, `add`, `resize`: names the system's types share, on a tensor or array the frame holds
         else:
             self.refuse(node, f"calls the method `.{method}()`, which is not on the allowlist")
         self.expr(receiver)
@@ -534,7 +578,7 @@ class Checker:
         """The module `name` stands for here, if it stands for one."""
         if name in self.imports:
             meaning = self.imports[name]
-            return meaning if meaning in IMPORTS or meaning not in CALLS | VALUES else None
+            return meaning if meaning in IMPORTS or not self._admitted(meaning) else None
         return self.context.modules.get(name)  # a module name the code rebinds is refused where it does
 
     def module_path(self, node: ast.expr) -> str | None:

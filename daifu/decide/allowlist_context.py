@@ -1,9 +1,14 @@
-"""The context of `daifu.allowlist`'s checks, read from a live crash without running user code.
+"""The context of `daifu.decide.allowlist`'s checks, read from a live crash without running user code.
 
-Which names are modules (`F` is `torch.nn.functional`), which are allowlisted callables under another
-name (`sleep`), what the function already calls and whether those callables are safe to call again
-(judged by their live value: a `from os import system` never is), which names hold containers or
-strings, and, for each user function on the stack, the same for a `patch_function`.
+Which names are modules (`F` is `torch.nn.functional`), which stand for an admitted callable under
+another name (`med` for `numpy.median`, `sleep` for `time.sleep`), what the function already calls and
+whether a repair may call it too (judged by the live object, `daifu.decide.allowlist_callables`: a
+`from os import system` never may), which names hold a callable a repair may not even hand on as a
+value, which hold containers, strings, tensors or arrays, and, for each user function on the stack,
+the same for a `patch_function`.
+
+Building a context is total: whatever the program holds, it answers (a value whose kind cannot be
+told is refused), and it reads attributes only where no code of the program runs.
 """
 
 from __future__ import annotations
@@ -11,16 +16,18 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
-import functools
 import inspect
 import sys
 import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from daifu.decide.allowlist_check import import_meaning, is_exception_class, parse_code, root_name, text_of
-from daifu.decide.allowlist_tables import BUILTINS, CALLS, CONTAINER_TYPES, DANGEROUS_MODULES, MODULE_ALIASES
 from daifu.core.crash import Crash
+from daifu.decide.allowlist_callables import Judge, is_program_own, refusal
+from daifu.decide.allowlist_check import import_meaning, parse_code, root_name, text_of
+from daifu.decide.allowlist_numeric import pure_objects, tensor_methods
+from daifu.decide.allowlist_system import system_attributes
+from daifu.decide.allowlist_tables import CALLS, CONTAINER_TYPES, MODULE_ALIASES
 from daifu.report.build import is_library
 
 
@@ -28,41 +35,79 @@ from daifu.report.build import is_library
 class Context:
     """What the checked code may rely on, read from the crashed frame by `context_for`.
 
-    source: the running source of the function (a surgery is compared with it).
+    source: the running source of the function (a surgery is compared with it), whose first line is
+        line `first_lineno` of its file: the lines a message names are the file's.
     names: every local and global name visible there (they shadow builtins).
     modules: those names bound to modules, with the module's name (`F` -> `torch.nn.functional`).
-    paths: those names bound to an allowlisted callable, with its path in `CALLS` (`sleep` -> `time.sleep`).
-    callables: callees the function's own code calls (`model`, `optimizer.zero_grad`) whose live value
-        is not from a dangerous module.
-    containers, strings: names holding a list/dict/set, or a str.
+    paths: those names bound to an admitted callable, with its path (`sleep` -> `time.sleep`).
+    callables: callees the function's own code calls (`model`, `optimizer.zero_grad`, `np.median`)
+        that a repair may call too: their live object is not the system's.
+    refused: names holding a callable a repair may not reach, even as a value, with the reason.
+    containers, strings, arrays: names holding a list/dict/set, a str, or a tensor/array.
+    pure: the pure functions of the numeric libraries, by identity, with their paths.
+    methods: the pure methods of tensors and arrays, by name (those the system's types share a name
+        with, `copy`, `add`, are admitted only on a name known to hold a tensor or array).
     callees: for each user function on the crash's stack below the vaccinated one, the target a
         `patch_function` names it by (`sys.modules['m'].f`) and its own context.
     """
 
     source: str = ""
+    first_lineno: int = 1
     names: frozenset[str] = frozenset()
     modules: Mapping[str, str] = dataclasses.field(default_factory=dict)
     paths: Mapping[str, str] = dataclasses.field(default_factory=dict)
     callables: frozenset[str] = frozenset()
+    refused: Mapping[str, str] = dataclasses.field(default_factory=dict)
     containers: frozenset[str] = frozenset()
     strings: frozenset[str] = frozenset()
+    arrays: frozenset[str] = frozenset()
+    pure: Mapping[int, str] = dataclasses.field(default_factory=dict, repr=False)
+    methods: frozenset[str] = dataclasses.field(default_factory=frozenset, repr=False)
     callees: Mapping[str, Context] = dataclasses.field(default_factory=dict)
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    module: str = ""
+
+    def admits(self, path: str) -> bool:
+        """Whether the dotted `path` (`numpy.median`) is a callable a repair may call: in `CALLS`, or
+        a pure function of the numeric libraries (judged by the live object at that path)."""
+        if path in CALLS:
+            return True
+        value = _at_path(path)
+        return value is not _MISSING and id(value) in self.pure
+
+    def look_up(self, root: str, attributes: list[str]) -> tuple[bool, str | None]:
+        """Whether `root.a.b` (attributes of a frame name, read as a value) could be looked up without
+        running the program's code, and why it may not be handed on when it is a callable a repair may
+        not reach (`(True, None)`: data, or an admitted callable; `(False, None)`: not known)."""
+        value = self.values.get(root, _MISSING)
+        for name in attributes:
+            if value is _MISSING or value is _DATA:
+                return False, None
+            value = _static_attribute(value, name)
+        if value is _MISSING or value is _DATA:
+            return False, None
+        if not callable(value):
+            return True, None
+        return True, refusal(value, Judge(self.module, dict(self.pure), self.methods, called=False))
 
 
 def context_for(crash: Crash) -> Context:
     """The context of `crash`'s frame, and of every user function on the stack below it."""
     frame_globals = dict(crash.frame.f_globals) if crash.frame is not None else {}
     values = {**frame_globals, **crash.locals}
-    context = build_context(crash.source, values, str(frame_globals.get("__name__", "")))
+    module = frame_globals.get("__name__")
+    context = build_context(crash.source, values, module if isinstance(module, str) else "", crash.first_lineno)
     callees = {}
     for frame in _callee_frames(crash):
-        module = str(frame.f_globals.get("__name__"))
-        target = f"sys.modules[{module!r}].{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
+        name = frame.f_globals.get("__name__")
+        target = f"sys.modules[{name!r}].{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
         try:
-            source = "".join(inspect.getsourcelines(frame.f_code)[0])
-        except (OSError, TypeError):
+            lines, first = inspect.getsourcelines(frame.f_code)
+        except Exception:  # noqa: BLE001 - no source to read: nothing a patch could be checked against
             continue
-        callees[target] = build_context(source, {**frame.f_globals, **frame.f_locals}, module)
+        callees[target] = build_context(
+            "".join(lines), {**frame.f_globals, **frame.f_locals}, name if isinstance(name, str) else "", first
+        )
     return dataclasses.replace(context, callees=callees)
 
 
@@ -76,7 +121,7 @@ def _callee_frames(crash: Crash) -> Iterator[types.FrameType]:
     ]
     for frame in entries[own[-1] + 1 :] if own else []:
         qualname = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-        if not _is_library(frame.f_code.co_filename) and "<locals>" not in qualname:
+        if not is_library(frame.f_code.co_filename) and "<locals>" not in qualname:
             yield frame
 
 
@@ -86,23 +131,50 @@ def _walk(tb: types.TracebackType | None) -> Iterator[tuple[types.FrameType, int
         tb = tb.tb_next
 
 
-def build_context(source: str, values: Mapping[str, Any], module: str) -> Context:
-    """The context of a function with this `source`, seeing `values` (its locals over its globals)."""
-    modules = {name: _module_name(value) for name, value in values.items() if isinstance(value, types.ModuleType)}
+def build_context(source: str, values: Mapping[str, Any], module: str, first_lineno: int = 1) -> Context:
+    """The context of a function with this `source` (starting at file line `first_lineno`), seeing
+    `values` (its locals over its globals), defined in the module named `module`."""
+    pure = pure_objects()
+    methods = tensor_methods()
+    allowlisted = {**_allowlisted_objects(), **pure}
+    modules = {name: _module_name(value) for name, value in values.items() if _is_module(value)}
     modules.update(_source_imports(source))
-    allowlisted = _allowlisted_objects()
-    callables = {text for text, value in _source_callees(source, values) if _admissible(value, module, allowlisted)}
-    callables |= {name for name, value in values.items() if _named_callable(value, module, allowlisted)}
-    paths = {name: allowlisted[id(v)] for name, v in values.items() if id(v) in allowlisted and callable(v)}
+    calls = list(_source_callees(source, values))
+    called = {text for text, _ in calls}
+    judge = Judge(module, pure, methods, called=True)
+    callables = {text for text, value in calls if _may_call_again(text, value, judge)}
+    callables |= {name for name, value in values.items() if is_program_own(value, module)}
+    refused = {}
+    for name, value in values.items():
+        if callable(value) and id(value) not in allowlisted:
+            reason = refusal(value, Judge(module, pure, methods, called=name in called))
+            if reason is not None:
+                refused[name] = reason
     return Context(
         source=source,
-        paths=paths,
+        first_lineno=first_lineno,
         names=frozenset(values),
         modules=modules,
+        paths={name: allowlisted[id(v)] for name, v in values.items() if id(v) in allowlisted and callable(v)},
         callables=frozenset(callables),
+        refused=refused,
         containers=frozenset(n for n, v in values.items() if type(v) in CONTAINER_TYPES),
         strings=frozenset(n for n, v in values.items() if type(v) is str),
+        arrays=frozenset(n for n, v in values.items() if _is_array(v)),
+        pure=pure,
+        methods=methods,
+        values=dict(values),
+        module=module,
     )
+
+
+def _may_call_again(text: str, value: Any, judge: Judge) -> bool:
+    """Whether a repair may call what the function calls as `text` (whose live object is `value`)."""
+    if text.rpartition(".")[2] in system_attributes() and "." in text:
+        return False  # `f.write`, `path.unlink`: the program's own call, but the system's method
+    if value is _MISSING or value is _UNKNOWN:
+        return True  # bound by the function before it calls it, or a method its own objects look up
+    return refusal(value, judge) is None
 
 
 def _allowlisted_objects() -> dict[int, str]:
@@ -110,23 +182,43 @@ def _allowlisted_objects() -> dict[int, str]:
     `from torch.nn.functional import relu` binds the allowlisted function, whatever its name."""
     found = {}
     for path in CALLS:
-        module, _, name = path.rpartition(".")
-        owner = sys.modules.get(module)
-        value = owner.__dict__.get(name) if owner is not None else None
-        if value is not None:
+        value = _at_path(path)
+        if value is not _MISSING:
             found[id(value)] = path
     return found
 
 
-def _named_callable(value: Any, module: str, allowlisted: Mapping[int, str]) -> bool:
-    """Whether a name the frame sees may be called even if the function does not call it yet: a function
-    or class the function's own module defines (an allowlisted callable under any name is in `paths`)."""
-    defined_here = isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == module
-    return defined_here and _admissible(value, module, allowlisted)
+def _at_path(path: str) -> Any:
+    """The object at a dotted path in a module already imported, read from its namespace."""
+    module, _, name = path.rpartition(".")
+    owner = sys.modules.get(module)
+    if owner is None:
+        return _MISSING
+    return _namespace(owner).get(name, _MISSING)
+
+
+def _namespace(module: types.ModuleType) -> dict[str, Any]:
+    """A module's own namespace, whatever its class does with attribute lookups (lazy modules)."""
+    try:
+        namespace = object.__getattribute__(module, "__dict__")
+    except Exception:  # noqa: BLE001 - a module that hides its namespace offers nothing
+        return {}
+    return namespace if isinstance(namespace, dict) else {}
+
+
+def _is_module(value: Any) -> bool:
+    return issubclass(type(value), types.ModuleType)
+
+
+def _is_array(value: Any) -> bool:
+    torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
+    kinds = [getattr(torch, "Tensor", None), getattr(numpy, "ndarray", None)]
+    return any(isinstance(kind, type) and issubclass(type(value), kind) for kind in kinds)
 
 
 def _module_name(module: types.ModuleType) -> str:
-    name = module.__name__
+    name = _namespace(module).get("__name__")
+    name = name if isinstance(name, str) else "?"
     return MODULE_ALIASES.get(name, name)
 
 
@@ -141,7 +233,20 @@ def _source_imports(source: str) -> dict[str, str]:
     return found
 
 
-_MISSING = object()
+class _Sentinel:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_MISSING = _Sentinel("<missing>")
+"""A name nothing binds yet (the function binds it before it calls it), or an attribute no module has."""
+_UNKNOWN = _Sentinel("<unknown>")
+"""An attribute that cannot be looked up without running the program's code (`model.fc1`)."""
+_DATA = _Sentinel("<data>")
+"""An attribute a property or a slot of the object computes or holds: data, whose value is not read."""
 
 
 def _source_callees(source: str, values: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -157,59 +262,63 @@ def _source_callees(source: str, values: Mapping[str, Any]) -> Iterator[tuple[st
 
 
 def _resolve(text: str, values: Mapping[str, Any]) -> Any:
-    """The live value of a dotted callee, following attributes only through modules (no user code runs)."""
+    """The live value of a dotted callee, its attributes looked up without running the program's code."""
     root, *rest = text.split(".")
     value = values.get(root, builtins.__dict__.get(root, _MISSING))
     for part in rest:
-        if not isinstance(value, types.ModuleType):
-            return _METHOD_ON_VALUE if value is not _MISSING else _MISSING
-        value = value.__dict__.get(part, _MISSING)
+        if value is _MISSING:
+            return _MISSING
+        value = _static_attribute(value, part)
+        if value is _MISSING or value is _DATA:
+            return _UNKNOWN
     return value
 
 
-_METHOD_ON_VALUE = object()
-"""A method called on a user's value (`optimizer.zero_grad`): admitted without looking it up."""
+def _static_attribute(value: Any, name: str) -> Any:
+    """`value.name`, looked up without running a `__getattr__`, property, descriptor or metaclass: a
+    module's namespace entry, an entry of the instance's own `__dict__`, or what a class defines (a
+    function bound to `value` when `value` is an instance); `_DATA` for what a property or slot holds,
+    `_MISSING` where a static look-up cannot tell."""
+    if _is_module(value):
+        return _namespace(value).get(name, _MISSING)
+    try:
+        if issubclass(type(value), type):
+            found = _class_member(value, name)
+            return found.__func__ if type(found) in (staticmethod, classmethod) else found
+        found = _class_member(type(value), name)
+        kind = type(found)
+        if issubclass(kind, property) or kind in (types.GetSetDescriptorType, types.MemberDescriptorType):
+            return _DATA  # computed or stored by the object: its value is not read here
+        own = _instance_dict(value).get(name, _MISSING)
+        if own is not _MISSING:
+            return own
+        if kind in (staticmethod, classmethod):
+            return found.__func__
+        if kind is types.FunctionType:
+            return types.MethodType(found, value)
+        return found
+    except Exception:  # noqa: BLE001 - an object too odd to look into: its attribute is not known
+        return _MISSING
 
 
-def _admissible(value: Any, module: str, allowlisted: Mapping[int, str]) -> bool:
-    """Whether a callable the function calls may be called by bot code too (`Context.callables`)."""
-    if value is _METHOD_ON_VALUE or value is _MISSING:
-        return True  # a user's object's method, or a name the function binds before it calls it
-    if id(value) in allowlisted:
-        return True
-    if isinstance(value, types.ModuleType):
-        return False
-    if isinstance(value, functools.partial):
-        return _admissible(value.func, module, allowlisted)
-    if isinstance(value, types.MethodType):
-        return not isinstance(value.__self__, types.ModuleType) and _admissible(value.__func__, module, allowlisted)
-    if isinstance(value, (types.FunctionType, type, types.BuiltinFunctionType)):
-        return _admissible_definition(inspect.unwrap(value), module)  # `@torch.no_grad()` wraps it
-    return _admissible_definition(type(value), module)  # a callable object: judged by its class
+_MRO = type.__dict__["__mro__"]
+_CLASS_DICT = type.__dict__["__dict__"]
 
 
-def _admissible_definition(value: Any, module: str) -> bool:
-    owner = str(getattr(value, "__module__", None) or "")
-    if owner == "builtins":
-        return getattr(value, "__name__", "") in BUILTINS or is_exception_class(getattr(value, "__name__", ""))
-    if any(owner == m or owner.startswith(m + ".") for m in DANGEROUS_MODULES):
-        return False
-    if owner == module or _is_torch_module_class(value):
-        return True
-    return not _is_library(_defined_in(value, owner))
+def _class_member(klass: type, name: str) -> Any:
+    """What `klass` or a class of its MRO defines under `name`, read from their own dicts."""
+    for entry in _MRO.__get__(klass, type):
+        members = _CLASS_DICT.__get__(entry, type)
+        if name in members:
+            return members[name]
+    return _MISSING
 
 
-_is_library = functools.lru_cache(maxsize=4096)(is_library)
-"""`daifu.report.is_library`, remembered: it reads `sysconfig` on every call."""
-
-
-def _defined_in(value: Any, owner: str) -> str:
-    code = getattr(value, "__code__", None)
-    if code is not None:
-        return str(code.co_filename)
-    return str(getattr(sys.modules.get(owner), "__file__", None) or "<unknown>")
-
-
-def _is_torch_module_class(value: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, type) and issubclass(value, torch.nn.Module)
+def _instance_dict(value: Any) -> Mapping[str, Any]:
+    """The instance's own `__dict__`, when its class keeps one the ordinary way."""
+    slot = _class_member(type(value), "__dict__")
+    if type(slot) is types.GetSetDescriptorType:
+        found = slot.__get__(value, type(value))
+        if type(found) is dict:
+            return found
+    return {}

@@ -51,6 +51,7 @@ from daifu.core.trial import Outcome, Verdict
 from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.decide import watch
 from daifu.decide.allowlist import check_suggestion, context_for
+from daifu.decide.failure import doing
 from daifu.report.build import build_report
 from daifu.report.redact import has_placeholder, redact, restore_lines
 from daifu.say import say, say_once
@@ -144,9 +145,12 @@ class Candidate:
 def decide(crash: Crash, settings: Settings) -> Decision | None:
     """The decision for `crash` in automatic mode, or `None` to let the crash go on down the chain."""
     watch.new_crash(crash)
-    report = build_report(crash)
-    answer = ask_bot(report, settings.bot_url, deadline=settings.bot_deadline)
-    found = from_experience(crash, rank(candidates(crash, answer.suggestions)))
+    with doing("building the crash report"):
+        report = build_report(crash)
+    with doing("asking the repair bot"):
+        answer = ask_bot(report, settings.bot_url, deadline=settings.bot_deadline)
+    with doing("turning the bot's suggestions into candidate repairs"):
+        found = from_experience(crash, rank(candidates(crash, answer.suggestions)))
     _say_diagnosis(crash, answer)
     chosen: Candidate | None = None
     if settings.approve == "auto" and watch.distrusted(crash):
@@ -161,7 +165,8 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
         from daifu.decide import remote  # a person decides in a browser; the process waits
 
         chosen = remote.decide(crash, report, answer, found, settings, lambda: _automatic(crash, found, settings))
-    record_answer(settings, report, answer, found, crash)
+    with doing("recording the bot's answer"):
+        record_answer(settings, report, answer, found, crash)
     if chosen is None:
         if settings.approve == "never":
             say(f"{len(found)} suggestion(s) recorded; approve='never' applies none")
@@ -296,18 +301,24 @@ def _verified(crash: Crash, found: list[Candidate], settings: Settings) -> Candi
     """The best candidate whose trial passed (or, with no trials here, that cannot discard state)."""
     started = time.monotonic()
     trials = 0
-    for candidate in found:
-        if not candidate.usable:
+    for number, candidate in enumerate(found, 1):
+        what = f"the bot's suggestion {number} ({candidate.kind})"
+        with doing(f"checking {what} with the runtime's own validation"):
+            usable = candidate.usable
+        if not usable:
             continue
-        if candidate.unsafe:
+        with doing(f"checking {what} against the allowlist"):
+            unsafe = candidate.unsafe
+        if unsafe:
             say(f"not applying the bot's {candidate.kind} without a person (approve='ask' would offer it): "
-                f"{'; '.join(candidate.unsafe)[:300]}")
+                f"{'; '.join(unsafe)[:300]}")
             continue
         if trials >= settings.max_trials or time.monotonic() - started > settings.max_trials * settings.trial_seconds:
             say(f"stopped after {trials} trials; the other suggestions were not tried")
             break
-        verdict = candidate.verdict or crash.trial(  # tried already when a person was asked first
-            candidate.decision, settings.trial_seconds + waits(candidate.decision))
+        with doing(f"trying {what} on a copy of the run"):
+            verdict = candidate.verdict or crash.trial(  # tried already when a person was asked first
+                candidate.decision, settings.trial_seconds + waits(candidate.decision))
         trials += 1
         candidate.verdict = verdict
         if verdict.outcome is Outcome.UNAVAILABLE:

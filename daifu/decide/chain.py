@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from daifu import config, ranks
 from daifu.core.crash import Crash
 from daifu.core.decisions import Decision, Raise, Retry, is_decision
+from daifu.decide import failure
 from daifu.say import say_once
 
 
@@ -159,8 +160,11 @@ def decide_here(crash: Crash, settings: config.Settings, console_allowed: bool) 
         try:
             answer = source.decide(crash)
         except Exception as error:  # a failing source must never hide the user's exception
-            warnings.warn(f"the DaiFu {source.decided_by} raised {error!r}; raising the original exception",
-                          RuntimeWarning, 3)
+            if source.decided_by is DecidedBy.POLICY:  # the user's own code
+                warnings.warn(f"the DaiFu {source.decided_by} raised {error!r}; raising the original exception",
+                              RuntimeWarning, 3)
+            else:  # DaiFu's code: said as DaiFu's failure, once, with the step it was taking
+                failure.report(str(source.decided_by), error)
             return Raise(), source.decided_by
         if answer is not None:
             return _checked(answer, source.decided_by), source.decided_by

@@ -1,0 +1,165 @@
+"""The pure functions of the numeric libraries: what a repair may compute with, whatever the program calls.
+
+A repair changes how values are computed. The libraries a training program computes with are torch,
+numpy, math, cmath and statistics; their pure functions — a result from the arguments, nothing read
+from or written to files, processes, connections or the environment — are admitted, judged by the
+live object a name stands for (`from numpy import median as med` makes `med` admitted too):
+
+- torch: every ATen operator torch exposes (`torch.X` that is `torch._C._VariableFunctions.X`:
+  `torch.median`, `torch.where`, `torch.cat`) and the Python functions of `torch.functional`
+  (`torch.einsum`, `torch.norm`), less `torch.from_file` (it reads a file); every public function of
+  `torch.linalg`, `torch.fft`, `torch.special`, `torch.nn.functional` and `torch.nn.init`;
+- numpy: every ufunc (`np.exp`, `np.isfinite`), `NUMPY_FUNCTIONS` (`np.median`, `np.percentile`,
+  `np.concatenate`; not `np.load`, `np.fromfile`, `np.save`, `np.loadtxt`, `np.genfromtxt`), the scalar
+  and array types of `NUMPY_TYPES`, and every public function of `numpy.linalg` and `numpy.fft`;
+- math, cmath, statistics: every public function;
+- methods of tensors and arrays (`tensor_methods`): the ATen methods of `torch.Tensor` and the methods of
+  `numpy.ndarray` — conversions (`.float()`, `.to_dense()`, `.detach()`, `.numpy()`), math, shapes,
+  in-place updates — less `NOT_PURE_METHODS`: those that hand out raw memory, run a callable, share
+  memory with other processes or write a file.
+
+What counts is computed from the installed libraries, so an operator a new torch adds is admitted as
+the operators before it were; the exclusions are the reviewed part.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+PURE_MODULES = ("math", "cmath", "statistics", "torch.linalg", "torch.fft", "torch.special", "torch.nn.functional",
+                "torch.nn.init", "numpy.linalg", "numpy.fft")
+"""Modules every public function of which is pure computation."""
+
+READS_A_FILE = frozenset({"from_file"})
+"""ATen operators that read a file: the exception among them."""
+
+NUMPY_FUNCTIONS = frozenset(
+    (
+        "all allclose amax amin angle any append arange argmax argmin argpartition argsort argwhere around array "
+        "array_equal array_equiv array_split asanyarray asarray asarray_chkfinite ascontiguousarray asfortranarray "
+        "astype atleast_1d atleast_2d atleast_3d average bartlett bincount blackman block broadcast_arrays "
+        "broadcast_shapes broadcast_to can_cast choose clip column_stack common_type compress concat concatenate "
+        "convolve copy copyto corrcoef correlate count_nonzero cov cross cumprod cumsum cumulative_prod "
+        "cumulative_sum delete diag diag_indices diag_indices_from diagflat diagonal diff digitize dot dsplit dstack "
+        "ediff1d einsum einsum_path empty empty_like expand_dims extract eye fill_diagonal fix flatnonzero flip "
+        "fliplr flipud frombuffer full full_like geomspace gradient hamming hanning histogram histogram2d "
+        "histogram_bin_edges histogramdd hsplit hstack i0 identity imag indices inner insert interp intersect1d "
+        "isclose iscomplex iscomplexobj isdtype isin isneginf isposinf isreal isrealobj isscalar issubdtype "
+        "iterable ix_ kaiser kron lexsort linspace logspace matrix_transpose max mean median meshgrid min "
+        "min_scalar_type moveaxis nan_to_num nanargmax nanargmin nancumprod nancumsum nanmax nanmean nanmedian "
+        "nanmin nanpercentile nanprod nanquantile nanstd nansum nanvar ndim nonzero ones ones_like outer packbits "
+        "pad partition percentile permute_dims place poly polyadd polyder polydiv polyfit polyint polymul polysub "
+        "polyval prod promote_types ptp put put_along_axis putmask quantile ravel ravel_multi_index real "
+        "real_if_close repeat require reshape resize result_type roll rollaxis roots rot90 round row_stack "
+        "searchsorted select setdiff1d setxor1d shape sinc size sort sort_complex split squeeze stack std sum "
+        "swapaxes take take_along_axis tensordot tile trace transpose trapezoid tri tril tril_indices "
+        "tril_indices_from trim_zeros triu triu_indices triu_indices_from union1d unique unique_all unique_counts "
+        "unique_inverse unique_values unpackbits unravel_index unstack unwrap vander var vdot vsplit vstack where "
+        "zeros zeros_like"
+    ).split()
+)
+"""numpy's functions that compute: not its readers and writers (`load`, `save`, `savez`, `savetxt`,
+`loadtxt`, `genfromtxt`, `fromfile`, `fromregex`, `memmap`), its global settings (`seterr`,
+`set_printoptions`, `setbufsize`), nor what prints or introspects (`info`, `show_config`, `test`)."""
+
+NUMPY_TYPES = frozenset(
+    "bool bool_ byte bytes_ cdouble complex128 complex64 csingle double dtype finfo float16 float32 float64 half "
+    "iinfo int16 int32 int64 int8 int_ intc intp long longlong ndarray short single str_ ubyte uint uint16 "
+    "uint32 uint64 uint8 uintc uintp ulong ulonglong ushort".split()
+)
+"""numpy's scalar and array types: conversions (`np.float32(x)`) and `isinstance` checks."""
+
+NOT_PURE_METHODS = frozenset(
+    "apply_ map_ map2_ register_hook register_post_accumulate_grad_hook backward share_memory_ is_shared storage "
+    "storage_type untyped_storage data_ptr const_data_ptr record_stream pin_memory set_ as_subclass module_load "
+    "reinforce tofile dump dumps setflags ctypes".split()
+)
+"""Methods of tensors and arrays that are not pure computation: they hand out raw memory or storage,
+run a callable later (hooks) or now (`apply_`), change what other processes see (`share_memory_`),
+run the backward pass again, or write a file (`tofile`, `dump`)."""
+
+
+def pure_objects() -> dict[int, str]:
+    """Every pure function and type of the numeric libraries already imported, by identity, with its path."""
+    found: dict[int, str] = {}
+    for path, value in _pure_items():
+        found.setdefault(id(value), path)
+    return found
+
+
+def _pure_items() -> Iterator[tuple[str, Any]]:
+    torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
+    if torch is not None:
+        operators = getattr(getattr(torch, "_C", None), "_VariableFunctions", None)
+        for name in _public(operators):
+            value = _attribute(torch, name)
+            if name not in READS_A_FILE and value is not None and value is _attribute(operators, name):
+                yield f"torch.{name}", value
+        functional = sys.modules.get("torch.functional")
+        for name in getattr(functional, "__all__", ()):
+            value = _attribute(torch, name)
+            if value is not None and value is _attribute(functional, name):
+                yield f"torch.{name}", value
+    if numpy is not None:
+        ufunc = getattr(numpy, "ufunc", None)
+        for name in _public(numpy):
+            value = _attribute(numpy, name)
+            if name in NUMPY_FUNCTIONS or name in NUMPY_TYPES or (ufunc is not None and isinstance(value, ufunc)):
+                yield f"numpy.{name}", value
+    for module_name in PURE_MODULES:
+        module = sys.modules.get(module_name)
+        root = module_name.split(".")[0]
+        for name in _public(module):
+            value = _attribute(module, name)
+            owner = _owner_name(value)
+            if callable(value) and not isinstance(value, types.ModuleType) and (owner or "").startswith(root):
+                yield f"{module_name}.{name}", value
+
+
+def _public(namespace: Any) -> list[str]:
+    if namespace is None:
+        return []
+    try:
+        return [name for name in dir(namespace) if not name.startswith("_")]
+    except Exception:  # noqa: BLE001 - a namespace that cannot list itself offers nothing
+        return []
+
+
+def _attribute(namespace: Any, name: str) -> Any:
+    try:
+        return getattr(namespace, name, None)
+    except Exception:  # noqa: BLE001 - a lazy attribute that fails to load is not admitted
+        return None
+
+
+def _owner_name(value: Any) -> str | None:
+    """The module that defines a library function or type (`value.__module__`, read only from C-level slots)."""
+    if isinstance(value, type):
+        owner = type.__dict__["__module__"].__get__(value, type)
+    elif isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        owner = value.__module__
+    else:
+        owner = type.__dict__["__module__"].__get__(type(value), type)
+    return owner if isinstance(owner, str) else None
+
+
+def tensor_methods() -> frozenset[str]:
+    """The methods of tensors and arrays that compute (`float`, `to_dense`, `median`, `copy_`), by name."""
+    found: set[str] = set()
+    torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
+    base = getattr(getattr(torch, "_C", None), "TensorBase", None)
+    for kind in (base, getattr(torch, "Tensor", None), getattr(numpy, "ndarray", None)):
+        if isinstance(kind, type):
+            found |= {name for name in _public(kind) if _is_method(kind, name)}
+    return frozenset(found - NOT_PURE_METHODS)
+
+
+def _is_method(kind: type, name: str) -> bool:
+    for klass in kind.__mro__:
+        if name in klass.__dict__:
+            member = klass.__dict__[name]
+            return isinstance(member, (types.FunctionType, types.MethodDescriptorType))
+    return False
