@@ -520,8 +520,10 @@ class Checker:
         method = func.attr
         self._attribute(func)
         receiver = func.value
-        if method in CONTAINER_METHODS and self._holds(receiver, self.context.containers, self.made_containers):
-            pass
+        if method in CONTAINER_METHODS and (
+            method not in system_attributes() or self._holds(receiver, self.context.containers, self.made_containers)
+        ):
+            pass  # `append`, `setdefault` change what they are called on; `remove`, `copy` only on a known container
         elif method in METHODS or (method in self.context.methods and method not in system_attributes()):
             if method == "eval" and (node.args or node.keywords):
                 self.refuse(node, "calls `.eval(...)` with arguments")

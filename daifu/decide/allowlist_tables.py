@@ -136,8 +136,10 @@ do), and reading containers and strings. None names a method of the system's typ
 CONTAINER_METHODS = frozenset(
     "append extend insert pop remove clear update setdefault add discard sort reverse copy".split()
 )
-"""Methods that change a container; allowed only on a name known to hold a list, dict or set, since on
-another receiver the same names delete files (`os.remove`) or copy them (`shutil.copy`)."""
+"""Methods that change a container. Those that are also the names of the system's methods (`remove`,
+`copy`, `add`: `os.remove`, `shutil.copy`, `TarFile.add`) are allowed only on a name known to hold a list,
+dict or set; the others (`append`, `setdefault`, `update`) on any receiver: they change the program's
+own values, nothing outside it."""
 
 STRING_METHODS = frozenset({"replace"})
 """Methods allowed only on a name known to hold a `str` (`Path.replace` renames a file): a local holding
