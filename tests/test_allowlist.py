@@ -49,7 +49,16 @@ from repairbot.rules import analyse
 from tests import hostile_payloads
 from tests.copies import fresh
 from tests.botfixtures import crash_from
-from tests.hostile_payloads import LEGITIMATE, LEGITIMATE_SURGERIES, PAYLOADS, Payload, embedded_in_surgery, rendered
+from tests.hostile_payloads import (
+    AIMING,
+    HEADERS_OVER_EFFECTS,
+    LEGITIMATE,
+    LEGITIMATE_SURGERIES,
+    PAYLOADS,
+    Payload,
+    embedded_in_surgery,
+    rendered,
+)
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -206,8 +215,9 @@ def test_the_payloads_do_harm_when_nothing_checks_them(tmp_path: Path) -> None:
         env=environment,
     )
     results = json.loads(done.stdout.strip().splitlines()[-1])
-    harmless = [name for name, r in results.items() if not (r["marker"] or r["victim_gone"] or r["connections"])]
-    assert harmless == [] and len(results) >= 55, (harmless, done.stderr[-2000:])
+    harmless = [name for name, r in results.items()
+                if not (r["marker"] or r["victim_gone"] or r["mode_changed"] or r["connections"])]
+    assert harmless == [] and len(results) >= 60, (harmless, done.stderr[-2000:])
 
 
 @pytest.mark.parametrize("code", LEGITIMATE)
@@ -220,6 +230,28 @@ def test_ordinary_surgeries_are_admitted(old: str, new: str, crash: Crash, conte
     source = crash.source.replace(old, new, 1)
     assert source != crash.source
     assert check_surgery_safety(source, context).ok, check_surgery_safety(source, context).reasons
+
+
+@pytest.mark.parametrize("code", AIMING)
+def test_an_action_that_aims_the_programs_own_save_needs_a_person(code: str, crash: Crash, context: Context) -> None:
+    save = crash.first_lineno + next(i for i, line in enumerate(crash.source.splitlines()) if "torch.save(" in line)
+    verdict = check_safety(code, context)
+    assert verdict.reasons == (
+        f"line {save}: the program's own `torch.save` reaches files, processes or the network, and the action "
+        "changes what aims it (`checkpoint_path`): a repair that aims the program's effects needs a person",
+    )
+
+
+@pytest.mark.parametrize(("old", "new"), HEADERS_OVER_EFFECTS)
+def test_a_changed_header_over_the_programs_own_save_needs_a_person(
+    old: str, new: str, crash: Crash, context: Context
+) -> None:
+    save = crash.first_lineno + next(i for i, line in enumerate(crash.source.splitlines()) if "torch.save(" in line)
+    verdict = check_surgery_safety(crash.source.replace(old, new, 1), context)
+    assert len(verdict.reasons) == 1 and verdict.reasons[0].startswith(
+        f"line {save}: the program's own `torch.save` reaches files, processes or the network, and it runs under "
+        "the header the change makes at line "
+    ), verdict.reasons
 
 
 def test_the_unchanged_lines_of_a_surgery_are_the_users_own(crash: Crash, context: Context) -> None:
@@ -294,7 +326,7 @@ def test_bounds_on_sleep_sizes_and_loops(code: str, admitted: bool, context: Con
     [
         "losses.remove(1.0)",  # a list the frame holds
         "d = {}\nd.update(a=1)\nd.pop('a')",  # a dict the code made
-        "checkpoint_path = checkpoint_path.replace('.pth', '.pt')",  # a str the frame holds
+        "name = checkpoint_path.replace('.pth', '.pt')",  # a str the frame holds
     ],
 )
 def test_mutating_methods_on_names_known_to_hold_containers_or_strings(code: str, context: Context) -> None:
@@ -477,7 +509,7 @@ def oom_step(loader):
 
 
 @pytest.mark.parametrize("case", ["missing folder", "near name", "no near name", "out of memory"])
-def test_rules_suggestions_for_paths_and_memory_are_admitted(case: str, tmp_path: Path) -> None:
+def test_rules_suggestions_for_paths_and_memory_are_admitted_or_aim_the_programs_read(case: str, tmp_path: Path) -> None:
     torch.save({"w": 1}, tmp_path / "model.pt")
     loader = torch.utils.data.DataLoader(torch.randn(16, 3), batch_size=8)
     crash = {
@@ -492,7 +524,10 @@ def test_rules_suggestions_for_paths_and_memory_are_admitted(case: str, tmp_path
     assert coded, case
     for suggestion in coded:
         verdict = check_suggestion(suggestion, context)
-        assert verdict.ok, (case, suggestion.code, verdict.reasons)
+        if case in ("near name", "no near name"):  # it points the program's own `torch.load` at another file
+            assert "the program's own `torch.load`" in str(verdict) and "needs a person" in str(verdict), verdict
+        else:
+            assert verdict.ok, (case, suggestion.code, verdict.reasons)
 
 
 def test_a_rules_patch_of_a_callee_is_admitted_unattended(tmp_path: Path) -> None:

@@ -49,6 +49,8 @@ from typing import Protocol
 
 from daifu.decide.allowlist_check import Checker, parse_code
 from daifu.decide.allowlist_context import Context, build_context, context_for
+from daifu.decide.allowlist_flow import aimed_effects
+from daifu.decide.allowlist_reach import Reach
 from daifu.decide.allowlist_tables import (
     BUILTINS,
     CALLS,
@@ -117,8 +119,13 @@ def check_safety(code: str, context: Context | None = None) -> Verdict:
     tree = parse_code(code, "the action")
     if isinstance(tree, str):
         return Verdict((tree,))
-    return _verdict(tree.body, context or Context(), deletable=_stores(tree.body), parameters=frozenset(),
-                    first_lineno=None)
+    context = context or Context()
+    verdict = _verdict(tree.body, context, deletable=_stores(tree.body), parameters=frozenset(), first_lineno=None)
+    running = parse_code(context.source, "the function") if context.source else None
+    if isinstance(running, str) or running is None:
+        return verdict
+    aimed = _aimed(running, tree.body, context, context.first_lineno, "the action")
+    return Verdict(verdict.reasons + aimed)
 
 
 def check_surgery_safety(source: str, context: Context) -> Verdict:
@@ -150,7 +157,8 @@ def _check_def(source: str, running: str, context: Context, what: str) -> Verdic
         )
     if isinstance(new, ast.AsyncFunctionDef):
         return Verdict((f"{line}: an async function cannot be changed without a person",))
-    changed = list(changed_statements(old_def.body if old_def else [], new.body))
+    changes = list(_changes(old_def.body if old_def else [], new.body))
+    changed = [_header_only(statement) if header_changed else statement for statement, header_changed in changes]
     parameters = frozenset(
         a.arg
         for d in ast.walk(new)
@@ -158,8 +166,11 @@ def _check_def(source: str, running: str, context: Context, what: str) -> Verdic
         for a in ast.walk(d.args)
         if isinstance(a, ast.arg)
     )
-    return _verdict(changed, context, deletable=_stores(new.body), parameters=parameters,
-                    first_lineno=context.first_lineno)
+    verdict = _verdict(changed, context, deletable=_stores(new.body), parameters=parameters,
+                       first_lineno=context.first_lineno)
+    run_by_headers = _run_by_changed_headers(changes, changed, context)
+    aimed = _aimed(new, changed, context, context.first_lineno, "the change", skip=set(run_by_headers))
+    return Verdict(verdict.reasons + tuple(run_by_headers.values()) + aimed)
 
 
 def _one_def(source: str, what: str) -> ast.FunctionDef | ast.AsyncFunctionDef | str:
@@ -213,6 +224,54 @@ def _verdict(
     return Verdict(tuple(dict.fromkeys(checker.reasons)))
 
 
+def _run_by_changed_headers(
+    changes: list[tuple[ast.stmt, bool]], changed: list[ast.stmt], context: Context
+) -> dict[int, str]:
+    """The program's statements reaching the system in the unchanged bodies of compound statements whose
+    header changed, by their line: whether and how often they run is the change's doing (`if True:` over
+    the program's `rmtree`), so they need a person."""
+    reach = Reach(context.values, context.module, context.modules, context.containers)
+    inside = {id(node) for statement in changed for node in ast.walk(statement)}
+    found: dict[int, str] = {}
+    for statement, header_changed in changes:
+        if not header_changed:
+            continue
+        for body in _bodies_of(statement):
+            for node in ast.walk(body):
+                if not isinstance(node, ast.Call) or id(node) in inside or node.lineno in found:
+                    continue
+                effect = reach.call(node)
+                if effect is not None:
+                    via = f" ({effect.through})" if effect.through else ""
+                    line, header = context.first_lineno + node.lineno - 1, context.first_lineno + statement.lineno - 1
+                    found[node.lineno] = (
+                        f"line {line}: the program's own `{effect.what}`{via} reaches files, processes or the "
+                        f"network, and it runs under the header the change makes at line {header}: whether it "
+                        "runs is the change's doing, which needs a person"
+                    )
+    return found
+
+
+def _aimed(
+    function: ast.AST, repair: list[ast.stmt], context: Context, first_lineno: int, what: str, skip: set[int] | None = None
+) -> tuple[str, ...]:
+    """Why the repair needs a person: the program's own statements reaching the system that the names
+    it binds flow into (`daifu.decide.allowlist_flow`), in file lines; the lines in `skip` are said already."""
+    reach = Reach(context.values, context.module, context.modules, context.containers)
+    reasons = []
+    for aimed in aimed_effects(function, repair, reach, context.methods, frozenset(context.modules)):
+        if skip and aimed.lineno in skip:
+            continue
+        via = f" ({aimed.through})" if aimed.through else ""
+        names = ", ".join(f"`{name}`" for name in aimed.names[:4])
+        reasons.append(
+            f"line {first_lineno + aimed.lineno - 1}: the program's own `{aimed.effect}`{via} reaches files, "
+            f"processes or the network, and {what} changes what aims it ({names}): a repair that aims the "
+            "program's effects needs a person"
+        )
+    return tuple(dict.fromkeys(reasons))
+
+
 # -- which statements of a surgery changed -----------------------------------------------------------
 
 _BODIES = ("body", "orelse", "finalbody")
@@ -221,9 +280,18 @@ _BODIES = ("body", "orelse", "finalbody")
 def changed_statements(old: list[ast.stmt], new: list[ast.stmt]) -> Iterator[ast.stmt]:
     """The statements of `new` that are not the same statements of `old` in the same place.
 
-    A changed compound statement whose counterpart is found yields only its header (its bodies
-    emptied) when the header changed, then the changed statements of its bodies.
+    A changed compound statement whose counterpart is found yields its header (its bodies emptied)
+    when the header changed, then the changed statements of its bodies. What its unchanged bodies do
+    is the change's doing all the same (`if True:` over the program's `rmtree`): `_check_def` judges
+    what they reach (`_run_by_changed_headers`).
     """
+    for statement, header_changed in _changes(old, new):
+        yield _header_only(statement) if header_changed else statement
+
+
+def _changes(old: list[ast.stmt], new: list[ast.stmt]) -> Iterator[tuple[ast.stmt, bool]]:
+    """The changes of `changed_statements`: each new or changed statement, and each compound statement
+    whose header changed over a counterpart (whole, flagged `True`) before the changes in its bodies."""
     matcher = difflib.SequenceMatcher(None, [ast.dump(s) for s in old], [ast.dump(s) for s in new], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
@@ -232,7 +300,7 @@ def changed_statements(old: list[ast.stmt], new: list[ast.stmt]) -> Iterator[ast
         for statement in new[j1:j2]:
             twin = next((o for o in unmatched if type(o) is type(statement) and _is_compound(o)), None)
             if twin is None:
-                yield statement
+                yield statement, False
                 continue
             unmatched.remove(twin)
             yield from _changed_compound(twin, statement)
@@ -242,15 +310,22 @@ def _is_compound(node: ast.stmt) -> bool:
     return any(isinstance(getattr(node, name, None), list) and getattr(node, name) for name in ("body", "handlers"))
 
 
-def _changed_compound(old: ast.stmt, new: ast.stmt) -> Iterator[ast.stmt]:
+def _changed_compound(old: ast.stmt, new: ast.stmt) -> Iterator[tuple[ast.stmt, bool]]:
     if ast.dump(_header_only(old)) != ast.dump(_header_only(new)):
-        yield _header_only(new)
+        yield new, True
     for name in _BODIES:
-        yield from changed_statements(getattr(old, name, None) or [], getattr(new, name, None) or [])
+        yield from _changes(getattr(old, name, None) or [], getattr(new, name, None) or [])
     old_handlers, new_handlers = getattr(old, "handlers", []), getattr(new, "handlers", [])
     for index, handler in enumerate(new_handlers):
         before = old_handlers[index].body if index < len(old_handlers) else []
-        yield from changed_statements(before, handler.body)
+        yield from _changes(before, handler.body)
+
+
+def _bodies_of(node: ast.stmt) -> Iterator[ast.stmt]:
+    for name in _BODIES:
+        yield from getattr(node, name, None) or []
+    for handler in getattr(node, "handlers", None) or []:
+        yield from handler.body
 
 
 def _header_only(node: ast.stmt) -> ast.stmt:

@@ -24,6 +24,7 @@ import functools
 import sys
 import types
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from daifu.decide.allowlist_system import in_system_module
@@ -90,6 +91,65 @@ def _refusal(value: Any, judge: Judge, depth: int) -> str | None:
     if _is_layer_class(kind):
         return None
     return _class_refusal(kind, judge, instance=True)
+
+
+def is_system(value: Any) -> bool:
+    """Whether `value` is a callable that one of `SYSTEM_MODULES` defines, under whatever name the
+    program holds it (`from os import remove`, a bound `Path.unlink`); an object too odd to tell is."""
+    try:
+        return _is_system(value, 0)
+    except Exception:  # noqa: BLE001 - what cannot be told is taken for the system
+        return True
+
+
+def _is_system(value: Any, depth: int) -> bool:
+    kind = type(value)
+    if depth > _DEPTH:
+        return True
+    if kind is functools.partial:
+        return _is_system(value.func, depth + 1)
+    if kind is types.MethodType:
+        return _is_system_class(type(value.__self__)) or _is_system(value.__func__, depth + 1)
+    if kind is types.BuiltinFunctionType:
+        owner = value.__self__
+        if owner is None or isinstance(owner, types.ModuleType):
+            return in_system_module(_text(value.__module__))
+        return _is_system_class(type(owner))
+    if kind in _UNBOUND_C_METHODS:
+        return _is_system_class(value.__objclass__)
+    if kind is types.MethodWrapperType:
+        return _is_system_class(type(value.__self__))
+    if kind is types.FunctionType:
+        inner = value.__dict__.get("__wrapped__")
+        if inner is not None and inner is not value:
+            return _is_system(inner, depth + 1)
+        return in_system_module(_text(value.__module__))
+    if issubclass(kind, type):
+        return _is_system_class(value)
+    return callable(value) and _is_system_class(kind)
+
+
+def _is_system_class(klass: type) -> bool:
+    return in_system_module(_text(_SLOT_MODULE.__get__(klass, type)))
+
+
+def program_function(value: Any, module: str) -> types.FunctionType | None:
+    """The program's own Python function behind a callable (a function, a bound method, a partial),
+    whose source can be read; `None` for anything else. Never raises."""
+    try:
+        for _ in range(_DEPTH):
+            kind = type(value)
+            if kind is functools.partial:
+                value = value.func
+            elif kind is types.MethodType:
+                value = value.__func__
+            elif kind is types.FunctionType:
+                return value if is_program_own(value, module) else None
+            else:
+                return None
+    except Exception:  # noqa: BLE001 - a value too odd to look into has no source to read
+        return None
+    return None
 
 
 def is_program_own(value: Any, module: str) -> bool:
@@ -186,7 +246,7 @@ def _is_array_class(klass: type) -> bool:
 def _module_file(module: Any) -> str | None:
     if not isinstance(module, types.ModuleType):
         return None
-    filename = object.__getattribute__(module, "__dict__").get("__file__")
+    filename = namespace_of(module).get("__file__")
     return filename if isinstance(filename, str) else None
 
 
@@ -200,3 +260,82 @@ def _text(value: Any) -> str:
 
 _is_library = functools.lru_cache(maxsize=4096)(is_library)
 """`daifu.report.is_library`, remembered: it reads `sysconfig` on every call."""
+
+
+class Sentinel:
+    """A marker no value of the program can be."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+MISSING = Sentinel("<missing>")
+"""What a static look-up cannot find: a name nothing binds yet, an attribute it cannot tell."""
+DATA = Sentinel("<data>")
+"""An attribute a property or a slot of the object computes or holds: data, whose value is not read."""
+
+
+def is_module(value: Any) -> bool:
+    return issubclass(type(value), types.ModuleType)
+
+
+def namespace_of(module: types.ModuleType) -> dict[str, Any]:
+    """A module's own namespace, whatever its class does with attribute lookups (lazy modules)."""
+    try:
+        namespace = object.__getattribute__(module, "__dict__")
+    except Exception:  # noqa: BLE001 - a module that hides its namespace offers nothing
+        return {}
+    return namespace if isinstance(namespace, dict) else {}
+
+
+def static_attribute(value: Any, name: str) -> Any:
+    """`value.name`, looked up without running a `__getattr__`, property, descriptor or metaclass: a
+    module's namespace entry, an entry of the instance's own `__dict__`, or what a class defines (a
+    function bound to `value` when `value` is an instance); `DATA` for what a property or slot holds,
+    `MISSING` where a static look-up cannot tell."""
+    if is_module(value):
+        return namespace_of(value).get(name, MISSING)
+    try:
+        if issubclass(type(value), type):
+            found = _class_member(value, name)
+            return found.__func__ if type(found) in (staticmethod, classmethod) else found
+        found = _class_member(type(value), name)
+        kind = type(found)
+        if issubclass(kind, property) or kind in (types.GetSetDescriptorType, types.MemberDescriptorType):
+            return DATA  # computed or stored by the object: its value is not read here
+        own = _instance_dict(value).get(name, MISSING)
+        if own is not MISSING:
+            return own
+        if kind in (staticmethod, classmethod):
+            return found.__func__
+        if kind is types.FunctionType:
+            return types.MethodType(found, value)
+        return found
+    except Exception:  # noqa: BLE001 - an object too odd to look into: its attribute is not known
+        return MISSING
+
+
+_MRO = type.__dict__["__mro__"]
+_CLASS_DICT = type.__dict__["__dict__"]
+
+
+def _class_member(klass: type, name: str) -> Any:
+    """What `klass` or a class of its MRO defines under `name`, read from their own dicts."""
+    for entry in _MRO.__get__(klass, type):
+        members = _CLASS_DICT.__get__(entry, type)
+        if name in members:
+            return members[name]
+    return MISSING
+
+
+def _instance_dict(value: Any) -> Mapping[str, Any]:
+    """The instance's own `__dict__`, when its class keeps one the ordinary way."""
+    slot = _class_member(type(value), "__dict__")
+    if type(slot) is types.GetSetDescriptorType:
+        found = slot.__get__(value, type(value))
+        if type(found) is dict:
+            return found
+    return {}

@@ -32,6 +32,8 @@ from daifu.decide.allowlist_tables import (
     STRING_RESULTS,
     VALUES,
 )
+from daifu.decide.allowlist_callables import program_function
+from daifu.decide.allowlist_reach import Reach
 from daifu.decide.allowlist_system import system_attributes
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ class Checker:
         first_lineno: int | None = None,
     ) -> None:
         self.context = context
+        self._reach: Reach | None = None
         self.first_lineno = first_lineno
         self.deletable = deletable
         self.known = context.names | deletable | parameters
@@ -488,12 +491,26 @@ class Checker:
                 self._attribute(func)
                 if self.module_of(root) is None:
                     self.expr(func.value)
+            self._program_reach(node, text)
         elif path is not None:
             self._module_call(node, path, text)
         elif isinstance(func, ast.Name):
             self._name_call(node, func)
         else:
             self._method(node, func)  # type: ignore[arg-type]
+
+    def _program_reach(self, node: ast.Call, text: str) -> None:
+        """A function of the program's own may be called unless it reaches the system: the repair would
+        aim the program's effect (`save_snapshot(model, '/elsewhere')`)."""
+        function = program_function(self.context.value_of(text), self.context.module)
+        if function is None:
+            return
+        if self._reach is None:
+            self._reach = Reach(self.context.values, self.context.module, self.context.modules, self.context.containers)
+        found = self._reach.function(function)
+        if found is not None:
+            self.refuse(node, f"calls `{text}`, the program's own function, which reaches files, processes or the "
+                              f"network: {found}")
 
     def _module_call(self, node: ast.Call, path: str, text: str) -> None:
         if not self.context.admits(path):

@@ -23,7 +23,17 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from daifu.core.crash import Crash
-from daifu.decide.allowlist_callables import Judge, is_program_own, refusal
+from daifu.decide.allowlist_callables import (
+    DATA,
+    MISSING,
+    Sentinel,
+    Judge,
+    is_module,
+    is_program_own,
+    namespace_of,
+    refusal,
+    static_attribute,
+)
 from daifu.decide.allowlist_check import import_meaning, parse_code, root_name, text_of
 from daifu.decide.allowlist_numeric import pure_objects, tensor_methods
 from daifu.decide.allowlist_system import system_attributes
@@ -75,6 +85,11 @@ class Context:
         value = _at_path(path)
         return value is not _MISSING and id(value) in self.pure
 
+    def value_of(self, text: str) -> Any:
+        """The live object a dotted name (`save_snapshot`, `snapshotter.take`) stands for in the frame,
+        looked up without running the program's code; a sentinel where it cannot be."""
+        return _resolve(text, self.values)
+
     def look_up(self, root: str, attributes: list[str]) -> tuple[bool, str | None]:
         """Whether `root.a.b` (attributes of a frame name, read as a value) could be looked up without
         running the program's code, and why it may not be handed on when it is a callable a repair may
@@ -83,7 +98,7 @@ class Context:
         for name in attributes:
             if value is _MISSING or value is _DATA:
                 return False, None
-            value = _static_attribute(value, name)
+            value = static_attribute(value, name)
         if value is _MISSING or value is _DATA:
             return False, None
         if not callable(value):
@@ -137,7 +152,7 @@ def build_context(source: str, values: Mapping[str, Any], module: str, first_lin
     pure = pure_objects()
     methods = tensor_methods()
     allowlisted = {**_allowlisted_objects(), **pure}
-    modules = {name: _module_name(value) for name, value in values.items() if _is_module(value)}
+    modules = {name: _module_name(value) for name, value in values.items() if is_module(value)}
     modules.update(_source_imports(source))
     calls = list(_source_callees(source, values))
     called = {text for text, _ in calls}
@@ -194,20 +209,7 @@ def _at_path(path: str) -> Any:
     owner = sys.modules.get(module)
     if owner is None:
         return _MISSING
-    return _namespace(owner).get(name, _MISSING)
-
-
-def _namespace(module: types.ModuleType) -> dict[str, Any]:
-    """A module's own namespace, whatever its class does with attribute lookups (lazy modules)."""
-    try:
-        namespace = object.__getattribute__(module, "__dict__")
-    except Exception:  # noqa: BLE001 - a module that hides its namespace offers nothing
-        return {}
-    return namespace if isinstance(namespace, dict) else {}
-
-
-def _is_module(value: Any) -> bool:
-    return issubclass(type(value), types.ModuleType)
+    return namespace_of(owner).get(name, _MISSING)
 
 
 def _is_array(value: Any) -> bool:
@@ -217,7 +219,7 @@ def _is_array(value: Any) -> bool:
 
 
 def _module_name(module: types.ModuleType) -> str:
-    name = _namespace(module).get("__name__")
+    name = namespace_of(module).get("__name__")
     name = name if isinstance(name, str) else "?"
     return MODULE_ALIASES.get(name, name)
 
@@ -233,20 +235,11 @@ def _source_imports(source: str) -> dict[str, str]:
     return found
 
 
-class _Sentinel:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-_MISSING = _Sentinel("<missing>")
-"""A name nothing binds yet (the function binds it before it calls it), or an attribute no module has."""
-_UNKNOWN = _Sentinel("<unknown>")
+_MISSING = MISSING
+_DATA = DATA
+_UNKNOWN = Sentinel("<unknown>")
 """An attribute that cannot be looked up without running the program's code (`model.fc1`)."""
-_DATA = _Sentinel("<data>")
-"""An attribute a property or a slot of the object computes or holds: data, whose value is not read."""
+
 
 
 def _source_callees(source: str, values: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -268,57 +261,7 @@ def _resolve(text: str, values: Mapping[str, Any]) -> Any:
     for part in rest:
         if value is _MISSING:
             return _MISSING
-        value = _static_attribute(value, part)
+        value = static_attribute(value, part)
         if value is _MISSING or value is _DATA:
             return _UNKNOWN
     return value
-
-
-def _static_attribute(value: Any, name: str) -> Any:
-    """`value.name`, looked up without running a `__getattr__`, property, descriptor or metaclass: a
-    module's namespace entry, an entry of the instance's own `__dict__`, or what a class defines (a
-    function bound to `value` when `value` is an instance); `_DATA` for what a property or slot holds,
-    `_MISSING` where a static look-up cannot tell."""
-    if _is_module(value):
-        return _namespace(value).get(name, _MISSING)
-    try:
-        if issubclass(type(value), type):
-            found = _class_member(value, name)
-            return found.__func__ if type(found) in (staticmethod, classmethod) else found
-        found = _class_member(type(value), name)
-        kind = type(found)
-        if issubclass(kind, property) or kind in (types.GetSetDescriptorType, types.MemberDescriptorType):
-            return _DATA  # computed or stored by the object: its value is not read here
-        own = _instance_dict(value).get(name, _MISSING)
-        if own is not _MISSING:
-            return own
-        if kind in (staticmethod, classmethod):
-            return found.__func__
-        if kind is types.FunctionType:
-            return types.MethodType(found, value)
-        return found
-    except Exception:  # noqa: BLE001 - an object too odd to look into: its attribute is not known
-        return _MISSING
-
-
-_MRO = type.__dict__["__mro__"]
-_CLASS_DICT = type.__dict__["__dict__"]
-
-
-def _class_member(klass: type, name: str) -> Any:
-    """What `klass` or a class of its MRO defines under `name`, read from their own dicts."""
-    for entry in _MRO.__get__(klass, type):
-        members = _CLASS_DICT.__get__(entry, type)
-        if name in members:
-            return members[name]
-    return _MISSING
-
-
-def _instance_dict(value: Any) -> Mapping[str, Any]:
-    """The instance's own `__dict__`, when its class keeps one the ordinary way."""
-    slot = _class_member(type(value), "__dict__")
-    if type(slot) is types.GetSetDescriptorType:
-        found = slot.__get__(value, type(value))
-        if type(found) is dict:
-            return found
-    return {}

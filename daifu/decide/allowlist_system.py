@@ -52,6 +52,8 @@ HARMLESS = frozenset(
         "detach getsizeof exc_info exception getrecursionlimit getdefaultencoding getfilesystemencoding "
         "waitstatus_to_exitcode WCOREDUMP WEXITSTATUS WIFCONTINUED WIFEXITED WIFSIGNALED WIFSTOPPED WSTOPSIG "
         "WTERMSIG major minor makedev ignore_patterns escape has_magic "
+        # the path classes: making a path object computes it
+        "Path PurePath PosixPath PurePosixPath WindowsPath PureWindowsPath "
         # folders: what `os.makedirs` may do, checked by the trial (only the folder a failing write needs)
         "mkdir"
     ).split()
@@ -132,10 +134,16 @@ file is what a repair must not aim, while the data written is the program's (a c
 EFFECT_FUNCTIONS = frozenset(FILE_FUNCTIONS) | {"exec", "eval", "compile", "__import__", "breakpoint", "input"}
 """Calls outside `SYSTEM_MODULES` that reach the system all the same."""
 
-EFFECT_METHODS = frozenset(
-    "save save_pretrained save_model savefig to_csv to_json to_parquet to_pickle to_hdf to_excel export "
-    "upload push_to_hub log log_metrics log_artifact add_scalar add_scalars add_image add_text add_histogram "
-    "write_text write_bytes touch".split()
+PATH_METHODS = frozenset(
+    "save save_pretrained save_model save_weights savefig to_csv to_json to_parquet to_pickle to_hdf to_excel "
+    "to_netcdf export log_artifact upload_file upload push_to_hub".split()
 )
 """Method names that, on the objects of libraries outside `SYSTEM_MODULES` (a model, a DataFrame, a
-summary writer, a run of an experiment tracker), write files or send data away."""
+figure, an experiment tracker), write their receiver to the file or place their first argument names."""
+
+LOG_METHODS = frozenset("log log_metrics log_metric log_dict add_scalar add_scalars add_image add_text "
+                        "add_histogram add_figure".split())
+"""Method names that record data where their receiver was set up to (a summary writer's folder, a
+tracker's server): the receiver aims them, the data is the program's metrics."""
+
+EFFECT_METHODS = PATH_METHODS | LOG_METHODS

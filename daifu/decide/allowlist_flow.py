@@ -1,0 +1,188 @@
+"""Where the names a repair binds flow: into the program's own statements that reach the system?
+
+A repair that computes differently is admissible; one that aims the program's own effects needs a
+person, however plain its own code: `stale_files = [victim]` before the program's
+`for f in stale_files: os.remove(f)`, `checkpoint = '/elsewhere'` before its
+`torch.save(model.state_dict(), checkpoint)`, a changed `for` header whose variable the program deletes.
+
+`aimed_effects` follows definitions to uses through the function the repair runs in (a surgery's new
+version, or the crashed function around an action):
+
+- the repair binds a name when it assigns it (plainly, augmented, as a loop, `with` or `except`
+  target, by an import), assigns an attribute or item of it (`cfg.out = ...`), or calls a method on it
+  that may change it (`stale_files.append(...)`);
+- a name is bound in turn by any statement of the function that binds it from an expression reading
+  a bound name, whatever the order of the statements (a loop brings later lines before earlier ones;
+  a name rebound in between is still counted: the analysis may over-report, never under-report);
+- a statement of the program outside the repair whose call reaches the system
+  (`daifu.decide.allowlist_reach`) is aimed by the repair when its aiming expressions — a file's path,
+  a command, a logger — read a bound name, or when whether it runs does: it sits under an `if`, a
+  `while`, a conditional expression or a short-circuit whose condition reads one.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from daifu.decide.allowlist_reach import Reach
+from daifu.decide.allowlist_tables import CONTAINER_METHODS, METHODS, STRING_RESULTS
+
+
+@dataclass(frozen=True)
+class Aimed:
+    """A statement of the program the repair aims: its line (in the checked source) and what reaches it."""
+
+    lineno: int
+    effect: str
+    names: tuple[str, ...]
+    through: str = ""
+
+
+def aimed_effects(
+    function: ast.AST, repair: list[ast.stmt], reach: Reach, pure_methods: frozenset[str], modules: frozenset[str]
+) -> list[Aimed]:
+    """The program's statements in `function` reaching the system whose aim reads a name `repair` binds.
+    `modules` are the names bound to modules: calling a module's function changes no name."""
+    inside = {id(node) for statement in repair for node in ast.walk(statement)}
+    bound = _bound_by(repair, pure_methods) - modules
+    bound = _closure(bound, function, pure_methods) - modules
+    controlled = _controlled(function, bound)
+    found: list[Aimed] = []
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Call) or id(node) in inside:
+            continue
+        effect = reach.call(node)
+        if effect is None:
+            continue
+        read = {name for target in effect.targets for name in _reads(target)} & bound
+        read |= controlled.get(id(node), set())
+        if read:
+            found.append(Aimed(node.lineno, effect.what, tuple(sorted(read)), effect.through))
+    return found
+
+
+def _controlled(function: ast.AST, bound: set[str]) -> dict[int, set[str]]:
+    """The calls whose running depends on a bound name (under an `if`, a `while`, `x if c else y`, `a and
+    b` or a comprehension's `if` whose condition reads one), by id, with the names it reads: `cleanup =
+    True` before the program's `if cleanup: shutil.rmtree(...)` aims the removal as surely as a path
+    would. A `for` over a bound name runs its body over other items, not other effects: what those
+    items are is followed as data (its target is bound)."""
+    found: dict[int, set[str]] = {}
+    for node in ast.walk(function):
+        for condition, governed in _conditions(node):
+            names = _reads(condition) & bound
+            if not names:
+                continue
+            for part in governed:
+                for call in ast.walk(part):
+                    if isinstance(call, ast.Call):
+                        found.setdefault(id(call), set()).update(names)
+    return found
+
+
+def _conditions(node: ast.AST) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
+    """(condition, what runs depending on it) for each way `node` decides what runs."""
+    if isinstance(node, (ast.If, ast.While)):
+        yield node.test, [*node.body, *node.orelse]
+    elif isinstance(node, ast.IfExp):
+        yield node.test, [node.body, node.orelse]
+    elif isinstance(node, ast.BoolOp):
+        for index in range(1, len(node.values)):
+            yield ast.Tuple(elts=node.values[:index], ctx=ast.Load()), [node.values[index]]
+    elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        parts: list[ast.AST] = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        for generator in node.generators:
+            yield ast.Tuple(elts=list(generator.ifs), ctx=ast.Load()), parts
+
+
+def _bound_by(statements: list[ast.stmt], pure_methods: frozenset[str]) -> set[str]:
+    found: set[str] = set()
+    for statement in statements:
+        for node in ast.walk(statement):
+            found |= _binds(node, pure_methods)
+    return found
+
+
+def _binds(node: ast.AST, pure_methods: frozenset[str]) -> set[str]:
+    """The names `node` binds or may change, by itself (not counting what its values read)."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return {node.id}
+    if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        root = _root(node)
+        return {root} if root else set()
+    if isinstance(node, ast.ExceptHandler) and node.name:
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _may_change(node.func.attr, pure_methods):
+        root = _root(node.func.value)
+        return {root} if root else set()
+    return set()
+
+
+def _may_change(method: str, pure_methods: frozenset[str]) -> bool:
+    """Whether calling `.method()` may change its receiver: a container's change, an in-place tensor
+    method (`add_`), or any method not known to compute only (a str's are)."""
+    if method in CONTAINER_METHODS or method.endswith("_"):
+        return True
+    return method not in METHODS and method not in pure_methods and method not in STRING_RESULTS
+
+
+def _closure(bound: set[str], function: ast.AST, pure_methods: frozenset[str]) -> set[str]:
+    """`bound`, with every name bound from an expression that reads one of them, to a fixed point."""
+    flows = list(_flows(function, pure_methods))
+    found = set(bound)
+    changed = True
+    while changed:
+        changed = False
+        for targets, sources in flows:
+            if sources & found and not targets <= found:
+                found |= targets
+                changed = True
+    return found
+
+
+def _flows(function: ast.AST, pure_methods: frozenset[str]) -> Iterator[tuple[set[str], set[str]]]:
+    """(names bound, names read to bind them) for each binding in `function`."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            yield _targets(node.targets), _reads(node.value)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            yield _targets([node.target]), _reads(node.value) | _reads(node.target)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            yield _targets([node.target]), _reads(node.iter)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            yield _targets([node.optional_vars]), _reads(node.context_expr)
+        elif isinstance(node, ast.NamedExpr):
+            yield _targets([node.target]), _reads(node.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if _may_change(node.func.attr, pure_methods):
+                root = _root(node.func.value)
+                arguments = set().union(*(_reads(a) for a in [*node.args, *(k.value for k in node.keywords)]))
+                if root:
+                    yield {root}, arguments
+
+
+def _targets(targets: list[ast.expr]) -> set[str]:
+    found: set[str] = set()
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                found.add(node.id)
+        if isinstance(target, (ast.Attribute, ast.Subscript)):
+            root = _root(target)
+            if root:
+                found.add(root)
+    return found
+
+
+def _reads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None

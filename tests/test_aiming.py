@@ -1,0 +1,110 @@
+"""A repair that aims the program's own effects needs a person (issue 28).
+
+`tests.hostile_payloads.train_and_tidy` deletes the stale files it is given, removes a scratch folder
+when told to, and saves a checkpoint. Each edit of `AIMING_EDITS` comes with the right repair of its
+crash (float labels) and plain code of its own — an assignment, an `append`, an `if True:` header, a
+changed `for` header — yet aims one of those effects at a victim. Each does that harm when nothing
+checks it; the allowlist must refuse each, in the crash's live context, naming the effect's file line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import textwrap
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
+torch = pytest.importorskip("torch")
+
+from daifu.core.crash import Crash
+from daifu.decide.allowlist import check_safety, check_surgery_safety, context_for
+from tests import hostile_payloads
+from tests.botfixtures import crash_from
+from tests.hostile_payloads import AIMING_EDITS, FIX, Aiming, train_and_tidy
+
+
+def arguments(tmp_path: Path, labels: Any) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    return {
+        "model": model,
+        "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+        "batches": [(torch.randn(2, 4), labels)],
+        "stale_files": [],
+        "scratch_dir": str(tmp_path / "victim_dir"),  # removed only when `cleanup` is true
+        "cleanup": False,
+        "checkpoint_path": str(tmp_path / "model.pt"),
+    }
+
+
+def places(tmp_path: Path) -> tuple[Path, Path]:
+    victim, victim_dir = tmp_path / "victim", tmp_path / "victim_dir"
+    victim.write_text("keep me")
+    victim_dir.mkdir()
+    return victim, victim_dir
+
+
+def live_crash(tmp_path: Path) -> Crash:
+    crash = crash_from(train_and_tidy, **arguments(tmp_path, torch.tensor([0.0, 1.0])))
+    frame = next(f for f, _ in traceback.walk_tb(crash.exception.__traceback__) if f.f_code is train_and_tidy.__code__)
+    return dataclasses.replace(crash, frame=frame)
+
+
+def run_unchecked(edit: Aiming, code: str, tmp_path: Path) -> None:
+    """What the edit does when nothing checks it: the surgery's function run, or the action run in the
+    crashed frame's names and the fixed function run on with them."""
+    given = arguments(tmp_path, torch.tensor([0, 1]))
+    namespace = dict(vars(hostile_payloads))
+    if edit.kind == "surgery":
+        exec(compile(textwrap.dedent(code), hostile_payloads.__file__, "exec"), namespace)
+        namespace["train_and_tidy"](**given)
+        return
+    frame = {**given, "y": torch.tensor([0.0, 1.0])}
+    exec(code, namespace, frame)
+    train_and_tidy(**{name: frame[name] for name in given})
+
+
+def harmed(edit: Aiming, victim: Path, victim_dir: Path) -> bool:
+    if edit.harm == "victim":
+        return not victim.exists() or victim.read_bytes() != b"keep me"
+    return not victim_dir.exists()
+
+
+@pytest.mark.parametrize("edit", [e for e in AIMING_EDITS if e.harm != "none"], ids=lambda e: e.name)
+def test_each_aiming_edit_does_harm_when_nothing_checks_it(edit: Aiming, tmp_path: Path) -> None:
+    victim, victim_dir = places(tmp_path)
+    run_unchecked(edit, edit.code(inspect.getsource(train_and_tidy), str(victim), str(victim_dir)), tmp_path)
+    assert harmed(edit, victim, victim_dir)
+
+
+@pytest.mark.parametrize("edit", AIMING_EDITS, ids=lambda e: e.name)
+def test_each_aiming_edit_needs_a_person(edit: Aiming, tmp_path: Path) -> None:
+    victim, victim_dir = places(tmp_path)
+    crash = live_crash(tmp_path)
+    assert "expected target dtype to be Long" in str(crash.exception)
+    context = context_for(crash)
+    code = edit.code(crash.source, str(victim), str(victim_dir))
+    verdict = check_surgery_safety(code, context) if edit.kind == "surgery" else check_safety(code, context)
+    assert not verdict.ok
+    effects = {"os.remove(f)": "os.remove", "shutil.rmtree(scratch_dir)": "shutil.rmtree", "torch.save(": "torch.save"}
+    numbered = code if edit.kind == "surgery" else crash.source  # a surgery's lines are its new version's
+    lines = {crash.first_lineno + i: name for i, line in enumerate(numbered.splitlines())
+             for text, name in effects.items() if text in line}
+    assert any(reason.startswith(f"line {line}: ") and name in reason and "needs a person" in reason
+               for reason in verdict.reasons for line, name in lines.items()), verdict.reasons
+
+
+def test_the_right_repair_alone_is_admitted(tmp_path: Path) -> None:
+    crash = live_crash(tmp_path)
+    context = context_for(crash)
+    assert check_surgery_safety(crash.source.replace(*FIX), context).ok
+    assert check_safety("y = y.long()", context).ok
