@@ -108,3 +108,39 @@ def test_the_right_repair_alone_is_admitted(tmp_path: Path) -> None:
     context = context_for(crash)
     assert check_surgery_safety(crash.source.replace(*FIX), context).ok
     assert check_safety("y = y.long()", context).ok
+
+
+def load_weights(model, path):
+    model.load_state_dict(torch.load(path))
+    return model
+
+
+@pytest.fixture
+def weights_crash(tmp_path: Path) -> tuple[Crash, Path]:
+    folder = tmp_path / "pretrained"
+    folder.mkdir()
+    torch.save(torch.nn.Linear(2, 2).state_dict(), folder / "weights-v2.pt")
+    (tmp_path / "secret.txt").write_text("OPENAI_API_KEY=sk-not-a-key")
+    (folder / "link.pt").symlink_to("/proc/self/environ")
+    crash = crash_from(load_weights, torch.nn.Linear(2, 2), str(folder / "weights_v2.pt"))
+    frame = next(f for f, _ in traceback.walk_tb(crash.exception.__traceback__) if f.f_code is load_weights.__code__)
+    return dataclasses.replace(crash, frame=frame), folder
+
+
+def test_a_read_pointed_at_another_file_of_the_folder_the_program_named_is_admitted(
+    weights_crash: tuple[Crash, Path]
+) -> None:
+    crash, folder = weights_crash
+    assert isinstance(crash.exception, FileNotFoundError)
+    context = context_for(crash)
+    assert check_safety(f"path = {str(folder / 'weights-v2.pt')!r}", context).ok
+    assert check_safety(f"import pathlib\npath = pathlib.Path({str(folder / 'weights-v2.pt')!r})", context).ok
+
+
+@pytest.mark.parametrize("aim", ["/proc/self/environ", "{folder}/../secret.txt", "{folder}/link.pt",
+                                 "{folder}/missing.pt"])
+def test_a_read_pointed_anywhere_else_needs_a_person(aim: str, weights_crash: tuple[Crash, Path]) -> None:
+    crash, folder = weights_crash
+    verdict = check_safety(f"path = {aim.replace('{folder}', str(folder))!r}", context_for(crash))
+    assert len(verdict.reasons) == 1 and "the program's own `torch.load`" in verdict.reasons[0], verdict.reasons
+    assert verdict.reasons[0].startswith(f"line {crash.first_lineno + 1}: ")

@@ -5,8 +5,9 @@ A small FastAPI app on 127.0.0.1 answers every crash report with one payload of
 inside a `patch_function` of the user function that crashed. DaiFu must run none of them: the run ends
 with its original exception, the marker file never appears, the victims stay, and a loopback listener
 gets no connection — while `OPENAI_API_KEY` holds a canary value that must not reach the listener or
-the bot. A control run, where the bot answers with an admitted action that makes the marker folder and
-fixes the labels, shows that the same path does apply what the allowlist admits.
+the bot. A control run, where the bot answers with an admitted action that fixes the labels, shows that
+the same path does apply what the allowlist admits; the same fix making a folder no crash asked for is
+not applied (its own code reached that effect in its trial).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ for _package in BOT:
 import daifu
 from repairbot.protocol import Suggestion
 from tests.botfixtures import ScriptedBot, served_scripted_bot
-from tests.hostile_payloads import PAYLOADS, Payload, embedded_in_surgery, rendered
+from tests.copies import fresh
+from tests.hostile_payloads import AIMING_EDITS, PAYLOADS, Aiming, Payload, embedded_in_surgery, rendered, train_and_tidy
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -158,11 +160,41 @@ def test_no_hostile_payload_runs(
         assert suggestion["needs_person"] or suggestion["reasons"], suggestion  # a reason is recorded
 
 
-def test_the_same_path_applies_what_the_allowlist_admits(
+def test_the_same_path_applies_what_the_allowlist_admits(bot: tuple[ScriptedBot, str], tmp_path: Path) -> None:
+    hostile, url = bot
+    hostile.suggestions = [Suggestion(kind="action", code="y = y.long()", explanation="Fix the labels.",
+                                      confidence=0.9)]
+    losses = run_training(url, tmp_path)
+    assert len(losses) == 2
+
+
+def test_a_folder_no_crash_asked_for_is_not_made_unattended(
     bot: tuple[ScriptedBot, str], places: dict[str, Path], tmp_path: Path
 ) -> None:
+    """`os.makedirs` is on the allowlist, for the folder a failing write needs; here the crash names
+    no path, so the folder the repair's own code makes in its trial fails it, and none is made."""
     hostile, url = bot
     code = f"import os\nos.makedirs({str(places['marker'])!r}, exist_ok=True)\ny = y.long()"
     hostile.suggestions = [Suggestion(kind="action", code=code, explanation="Fix the labels.", confidence=0.9)]
-    losses = run_training(url, tmp_path)
-    assert places["marker"].is_dir() and len(losses) == 2
+    with pytest.raises(RuntimeError, match="expected target dtype to be Long"):
+        run_training(url, tmp_path)
+    assert not places["marker"].exists()
+
+
+@pytest.mark.parametrize("edit", AIMING_EDITS, ids=lambda e: e.name)
+def test_no_repair_aiming_the_programs_own_effects_is_applied(
+    edit: Aiming, bot: tuple[ScriptedBot, str], places: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 28: the right fix of the crash, with data the program's own `os.remove`, `rmtree` or
+    `torch.save` then uses aimed at a victim, over HTTP, in automatic mode."""
+    hostile, url = bot
+    code = edit.code(inspect.getsource(train_and_tidy), str(places["victim"]), str(places["victim_dir"]))
+    hostile.suggestions = [Suggestion(kind=edit.kind, code=code, explanation="Fix the labels.", confidence=0.99)]
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
+    with pytest.raises(RuntimeError, match="expected target dtype to be Long"):
+        daifu.transform(fresh(train_and_tidy))(
+            model, torch.optim.SGD(model.parameters(), lr=0.1), [(torch.randn(2, 4), torch.tensor([0.0, 1.0]))],
+            [], str(places["victim_dir"]), False, str(tmp_path / "model.pt"))
+    assert places["victim"].read_text() == "keep me" and places["victim_dir"].is_dir()

@@ -67,6 +67,9 @@ class Verdict:
     became non-finite; nonfinite: the locals holding non-finite values (often the bad batch itself).
     discarded: the trained state the repair threw away. losses_before/after: scalar losses (by
     name) before the crash and at the end of the trial. output: the end of what the copy printed.
+    reached: for an effect stopped, the places of code outside the libraries and DaiFu (the program's
+    files, an action's `<daifu action N>`, a surgery's `file (surgery N)`) its traceback went through,
+    outermost first, as `filename:line`: whose code reached it is for the decider to tell.
     """
 
     outcome: Outcome
@@ -80,6 +83,7 @@ class Verdict:
     losses_before: Mapping[str, float] = field(default_factory=dict)
     losses_after: Mapping[str, float] = field(default_factory=dict)
     output: str = ""
+    reached: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -128,7 +132,7 @@ class Verdict:
         """The verdict `to_data` wrote (missing fields take their defaults)."""
         known = {name: data[name] for name in Verdict.__dataclass_fields__ if name in data}
         known["outcome"] = Outcome(known["outcome"])
-        for name in ("spoilt", "nonfinite", "discarded"):
+        for name in ("spoilt", "nonfinite", "discarded", "reached"):
             known[name] = tuple(known.get(name, ()))
         return Verdict(**known)
 
@@ -289,10 +293,11 @@ def iteration_over(frame: FrameType) -> None:
 def crashed(error: BaseException, frame: FrameType | None) -> None:
     """The trial met an exception: its verdict (child only); never returns."""
     if isinstance(error, sandbox.SandboxStop):
-        _send(Outcome.DANGEROUS if error.dangerous else Outcome.STOPPED_AT_EFFECT, detail=error.effect, frame=frame)
+        _send(Outcome.DANGEROUS if error.dangerous else Outcome.STOPPED_AT_EFFECT, detail=error.effect, frame=frame,
+              reached=_reached(error))
     if sandbox.caused(error):
         _send(Outcome.STOPPED_AT_EFFECT, detail=f"an effect the sandbox refused ({_text(error)})",
-              where=_where(error), frame=frame)
+              where=_where(error), frame=frame, reached=_reached(error))
     _send(Outcome.RAISED, detail=_text(error), where=_where(error), frame=frame)
 
 
@@ -307,14 +312,43 @@ def _text(error: BaseException) -> str:
 def _where(error: BaseException) -> str:
     """The deepest place in the user's own code that the exception's traceback went through."""
     entries = traceback.extract_tb(error.__traceback__)
-    others = [path for path in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} if path]
-    others.append(_DAIFU)
-    own = [e for e in entries if not any(e.filename.startswith(path) for path in others)]
+    own = [e for e in entries if _own(e.filename)]
     chosen = (own or entries)[-1:]
     return f"{os.path.basename(chosen[0].filename)}:{chosen[0].lineno}" if chosen else ""
 
 
-def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType | None = None) -> None:
+def _own(filename: str) -> bool:
+    """Whether `filename` is code outside the standard library, the installed packages and DaiFu."""
+    others = [path for path in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} if path]
+    return not any(filename.startswith(path) for path in [*others, _DAIFU])
+
+
+def _reached(error: BaseException, limit: int = 40) -> tuple[str, ...]:
+    """The places outside the libraries and DaiFu that `error` went through, and the exceptions it was
+    raised from or during down to the sandbox's own refusal, outermost first: where an effect was
+    reached from. (Not further: what was being handled then — the crash itself — reached nothing.)"""
+    found: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        found += [f"{e.filename}:{e.lineno}" for e in traceback.extract_tb(current.__traceback__) if _own(e.filename)]
+        if isinstance(current, sandbox.SandboxStop) or _refused_by_sandbox(current):
+            break
+        current = current.__cause__ or current.__context__
+    return tuple(dict.fromkeys(found))[:limit]
+
+
+def _refused_by_sandbox(error: BaseException) -> bool:
+    """Whether `error` itself (not its chain) is the seccomp filter's refusal."""
+    try:
+        return getattr(error, "errno", None) == sandbox.SANDBOX_ERRNO or os.strerror(sandbox.SANDBOX_ERRNO) in str(error)
+    except Exception:  # noqa: BLE001 - an error whose message cannot be made is not known to be the sandbox's
+        return False
+
+
+def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType | None = None,
+          reached: tuple[str, ...] = ()) -> None:
     """Write the verdict to the parent and leave the process at once."""
     try:
         child = _CHILD[0]
@@ -322,7 +356,7 @@ def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType 
         found = health.examine(child.before, child.view(frame))
         verdict = Verdict(
             outcome, seconds, 0.0, detail, where, tuple(found.spoilt), tuple(found.nonfinite),
-            tuple(found.discarded), found.losses_before, found.losses_after,
+            tuple(found.discarded), found.losses_before, found.losses_after, reached=reached,
         )
         os.write(0, json.dumps(verdict.to_data(), default=str).encode())
     except BaseException as error:  # noqa: BLE001 - a verdict that cannot be read is a failed trial

@@ -44,6 +44,7 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import os
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -82,6 +83,7 @@ __all__ = [
     "VALUES",
     "Context",
     "build_context",
+    "changed_lines",
     "changed_statements",
     "check_patch_safety",
     "check_safety",
@@ -173,6 +175,19 @@ def _check_def(source: str, running: str, context: Context, what: str) -> Verdic
     return Verdict(verdict.reasons + tuple(run_by_headers.values()) + aimed)
 
 
+def changed_lines(running: str, source: str) -> frozenset[int]:
+    """The lines of `source` (a surgery's or a patch's new `def`, counted from its first line) that are
+    the change's own code: its new and changed statements, whole when a compound statement's header
+    changed (its body runs because of the header). Empty when either does not parse."""
+    new, old = _one_def(source, "the change"), _one_def(running, "the running function")
+    if isinstance(new, str) or isinstance(old, str):
+        return frozenset()
+    found: set[int] = set()
+    for statement, _ in _changes(old.body, new.body):
+        found.update(range(statement.lineno, (statement.end_lineno or statement.lineno) + 1))
+    return frozenset(found)
+
+
 def _one_def(source: str, what: str) -> ast.FunctionDef | ast.AsyncFunctionDef | str:
     tree = parse_code(source, what)
     if isinstance(tree, str):
@@ -258,9 +273,10 @@ def _aimed(
     """Why the repair needs a person: the program's own statements reaching the system that the names
     it binds flow into (`daifu.decide.allowlist_flow`), in file lines; the lines in `skip` are said already."""
     reach = Reach(context.values, context.module, context.modules, context.containers)
+    own_data = _pointed_within_own_folder(repair, context)
     reasons = []
     for aimed in aimed_effects(function, repair, reach, context.methods, frozenset(context.modules)):
-        if skip and aimed.lineno in skip:
+        if (skip and aimed.lineno in skip) or (aimed.reads and set(aimed.names) <= own_data):
             continue
         via = f" ({aimed.through})" if aimed.through else ""
         names = ", ".join(f"`{name}`" for name in aimed.names[:4])
@@ -270,6 +286,66 @@ def _aimed(
             "program's effects needs a person"
         )
     return tuple(dict.fromkeys(reasons))
+
+
+def _pointed_within_own_folder(repair: list[ast.stmt], context: Context) -> set[str]:
+    """The names the repair binds only to an existing file, written out (`'data/v2.pt'`,
+    `pathlib.Path('data/v2.pt')`), in the folder of the path the name held at the crash: a read the
+    program aims with them reads the program's own data, as before, only another file of it."""
+    values: dict[str, list[ast.expr]] = {}
+    plain: set[int] = set()
+    for statement in repair:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and id(node) in plain:
+                continue  # the target of a plain assignment, seen with its value
+            if isinstance(node, ast.Assign):
+                plain.update(id(t) for t in node.targets if isinstance(t, ast.Name))
+            for target, value in _plain_bindings(node):
+                values.setdefault(target, []).append(value)
+    return {name for name, bound in values.items() if all(_beside(_literal_path(v), context.values.get(name))
+                                                          for v in bound)}
+
+
+_NO_VALUE = ast.Constant(None)
+
+
+def _plain_bindings(node: ast.AST) -> list[tuple[str, ast.expr]]:
+    """(name, value) for each name `node` binds: the value of a plain `name = value`, `_NO_VALUE` for a
+    name bound any other way (a tuple target, a loop, `+=`, an import)."""
+    if isinstance(node, ast.Assign):
+        found = []
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                found.append((target.id, node.value))
+            else:
+                found += [(n.id, _NO_VALUE) for n in ast.walk(target) if isinstance(n, ast.Name)]
+        return found
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+        return [(node.id, _NO_VALUE)]
+    return []
+
+
+def _literal_path(value: ast.expr) -> str | None:
+    if isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords:
+        func = value.func
+        if (isinstance(func, ast.Name) and func.id == "Path") or (
+            isinstance(func, ast.Attribute) and func.attr == "Path"
+        ):
+            value = value.args[0]
+    return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+
+
+def _beside(new: str | None, old: object) -> bool:
+    """Whether the existing file `new` is in the same folder as the path `old` (both resolved)."""
+    if new is None or not isinstance(old, (str, os.PathLike)):
+        return False
+    try:
+        old_path = os.fspath(old)
+        if not isinstance(old_path, str) or not os.path.isfile(new):
+            return False
+        return os.path.dirname(os.path.realpath(new)) == os.path.dirname(os.path.realpath(old_path))
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 # -- which statements of a surgery changed -----------------------------------------------------------

@@ -38,6 +38,8 @@ class Aimed:
     effect: str
     names: tuple[str, ...]
     through: str = ""
+    reads: bool = False
+    """The effect only reads a file, and only by what it reads is it aimed (not by whether it runs)."""
 
 
 def aimed_effects(
@@ -56,10 +58,11 @@ def aimed_effects(
         effect = reach.call(node)
         if effect is None:
             continue
-        read = {name for target in effect.targets for name in _reads(target)} & bound
-        read |= controlled.get(id(node), set())
-        if read:
-            found.append(Aimed(node.lineno, effect.what, tuple(sorted(read)), effect.through))
+        aiming = {name for target in effect.targets for name in _reads(target)} & bound
+        running = controlled.get(id(node), set())
+        if aiming | running:
+            reads = effect.reads and not running
+            found.append(Aimed(node.lineno, effect.what, tuple(sorted(aiming | running)), effect.through, reads))
     return found
 
 

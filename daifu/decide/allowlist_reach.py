@@ -49,6 +49,7 @@ from daifu.decide.allowlist_callables import (
 from daifu.decide.allowlist_system import (
     EFFECT_FUNCTIONS,
     FILE_FUNCTIONS,
+    FILE_READERS,
     HARMLESS,
     LOG_METHODS,
     PATH_METHODS,
@@ -74,6 +75,8 @@ class Effect:
     what: str
     targets: tuple[ast.expr, ...]
     through: str = ""
+    reads: bool = False
+    """It only reads a file (`torch.load(path)`, `open(path)`): aimed elsewhere, it reads other data."""
 
 
 class Reach:
@@ -163,7 +166,7 @@ class Reach:
     def _path_effect(self, node: ast.Call, path: str, text: str) -> Effect | None:
         module, _, name = path.rpartition(".")
         if path in FILE_FUNCTIONS:
-            return Effect(text, _file_targets(node, path))
+            return Effect(text, _file_targets(node, path), reads=_reads_only(node, path))
         if in_system_module(module) and module not in _PURE_MODULES and name not in HARMLESS:
             return Effect(text, _all_targets(node))
         loaded = _loaded(module)
@@ -173,7 +176,9 @@ class Reach:
         value = self.namespace.get(name, MISSING)
         if value is MISSING:
             if name in EFFECT_FUNCTIONS and name in builtins.__dict__:
-                return Effect(text, _file_targets(node, name) if name in FILE_FUNCTIONS else _all_targets(node))
+                if name in FILE_FUNCTIONS:
+                    return Effect(text, _file_targets(node, name), reads=_reads_only(node, name))
+                return Effect(text, _all_targets(node))
             return None
         return self._value_effect(node, value, text)
 
@@ -199,7 +204,7 @@ class Reach:
             return None
         file_path = _file_function_path(value)
         if file_path is not None:
-            return Effect(text, _file_targets(node, file_path))
+            return Effect(text, _file_targets(node, file_path), reads=_reads_only(node, file_path))
         if is_system(value) and _text(node.func).rpartition(".")[2] not in HARMLESS:
             return Effect(text, (*extra, *_all_targets(node)))
         function = program_function(value, self.module)
@@ -225,6 +230,19 @@ def _file_function_path(value: Any) -> str | None:
         if known is value:
             return path
     return None
+
+
+def _reads_only(node: ast.Call, path: str) -> bool:
+    """Whether the file call only reads: a reader, or `open` whose mode is a literal without w, a, x, +."""
+    if path in FILE_READERS:
+        return True
+    if path != "open":
+        return False
+    modes = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "mode")]
+    if not modes:
+        return True
+    mode = modes[0]
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and not set(mode.value) & set("wax+")
 
 
 def _file_targets(node: ast.Call, path: str) -> tuple[ast.expr, ...]:

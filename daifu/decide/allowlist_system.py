@@ -131,6 +131,11 @@ FILE_FUNCTIONS = {
 """Calls that read or write a file, with the argument (position, keyword) naming it: for these, the
 file is what a repair must not aim, while the data written is the program's (a checkpoint's tensors)."""
 
+FILE_READERS = frozenset(
+    {"torch.load", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile", "pickle.load", "json.load"}
+)
+"""The calls of `FILE_FUNCTIONS` that only read their file (`open` does when its mode says so)."""
+
 EFFECT_FUNCTIONS = frozenset(FILE_FUNCTIONS) | {"exec", "eval", "compile", "__import__", "breakpoint", "input"}
 """Calls outside `SYSTEM_MODULES` that reach the system all the same."""
 

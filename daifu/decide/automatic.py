@@ -9,7 +9,9 @@ The bot proposes; nothing it proposes touches the run before it is checked:
 3. `approve="auto"`: each candidate, best first, whose code stays inside the allowlist of code that
    may run unattended, is tried on a sandboxed copy of the run (`crash.trial`); the first whose
    trial is healthy and keeps the trained state is applied. A candidate that fails its trial is
-   never applied automatically. Where no trial can run, only decisions that cannot discard trained
+   never applied automatically, nor one whose own code reached an effect in its trial (the trial
+   stops there; applied, the effect would be done for real) but those `daifu.decide.trial_effects`
+   allows (the folder a failing write needs). Where no trial can run, only decisions that cannot discard trained
    state are applied (`cannot_discard`). A skip of a statement that assigns is never applied without a
    person: a trial cannot see what the stale value does to the result (`unverifiable`);
    `approve="ask"`: a person at the terminal chooses, seeing each candidate's trial verdict;
@@ -52,6 +54,7 @@ from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.decide import watch
 from daifu.decide.allowlist import check_suggestion, context_for
 from daifu.decide.failure import doing
+from daifu.decide.trial_effects import repair_effect
 from daifu.report.build import build_report
 from daifu.report.redact import has_placeholder, redact, restore_lines
 from daifu.say import say, say_once
@@ -69,7 +72,8 @@ class Candidate:
 
     problems: why the runtime would refuse it (it cannot be applied at all).
     unsafe: why it may not be applied without a person: its code is outside the allowlist
-        (`outside_allowlist`), or its effect is one a trial cannot see (`unverifiable`).
+        (`outside_allowlist`), its effect is one a trial cannot see (`unverifiable`), or its own code
+        reached an effect in its trial (`trial_problems`, `daifu.decide.trial_effects`).
     verdict: its trial's verdict, once tried.
 
     With a `crash`, `problems` and `unsafe` are worked out when first asked: the runtime's check builds
@@ -82,6 +86,7 @@ class Candidate:
     given_problems: tuple[str, ...] | None = None
     given_outside: tuple[str, ...] | None = None
     verdict: Verdict | None = None
+    trial_problems: tuple[str, ...] = ()
     crash: Crash | None = field(default=None, repr=False)
     shared: dict[str, Any] = field(default_factory=dict, repr=False)
     """What the candidates of one crash share once worked out (the allowlist's context of the frame)."""
@@ -108,8 +113,16 @@ class Candidate:
     @property
     def unsafe(self) -> tuple[str, ...]:
         if self.crash is None:
-            return self.outside_allowlist
-        return self.outside_allowlist + unverifiable(self.decision, self.crash)
+            return self.outside_allowlist + self.trial_problems
+        return self.outside_allowlist + unverifiable(self.decision, self.crash) + self.trial_problems
+
+    def tried(self, verdict: Verdict) -> None:
+        """Keep the verdict of its trial, and why it fails the candidate unattended when its own code
+        reached an effect there (an effect only the program's code reached is the program's)."""
+        self.verdict = verdict
+        if self.crash is not None:
+            problem = repair_effect(self.decision, verdict, self.crash, self.shared.get("context"))
+            self.trial_problems = (problem,) if problem else ()
 
     @property
     def checked(self) -> bool:
@@ -319,17 +332,20 @@ def _verified(crash: Crash, found: list[Candidate], settings: Settings) -> Candi
         with doing(f"trying {what} on a copy of the run"):
             verdict = candidate.verdict or crash.trial(  # tried already when a person was asked first
                 candidate.decision, settings.trial_seconds + waits(candidate.decision))
+            candidate.tried(verdict)
         trials += 1
-        candidate.verdict = verdict
         if verdict.outcome is Outcome.UNAVAILABLE:
             say_once(f"no trial of a repair can run here: {verdict.detail}; only repairs that cannot discard "
                      "trained state are applied automatically")
             if cannot_discard(candidate.decision, crash):
                 return candidate
             continue
-        if verdict.passed:
+        if verdict.passed and not candidate.trial_problems:
             return candidate
-        crash.tried.append((repr(candidate.decision), f"refused by its trial: {verdict.describe()}"))
+        if candidate.trial_problems:
+            say(f"not applying the bot's {candidate.kind} without a person: {candidate.trial_problems[0][:300]}")
+        why = candidate.trial_problems[0] if candidate.trial_problems else verdict.describe()
+        crash.tried.append((repr(candidate.decision), f"refused by its trial: {why}"))
     return None
 
 
@@ -466,7 +482,7 @@ def tried_for_a_person(crash: Crash, found: list[Candidate], settings: Settings)
     among them sees each verdict (a candidate tried already keeps its verdict)."""
     for candidate in to_try(found, settings):
         if candidate.verdict is None:
-            candidate.verdict = crash.trial(candidate.decision, settings.trial_seconds + waits(candidate.decision))
+            candidate.tried(crash.trial(candidate.decision, settings.trial_seconds + waits(candidate.decision)))
     return [c for c in found if c.usable]
 
 
