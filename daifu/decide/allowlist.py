@@ -1,42 +1,67 @@
-"""What code from the repair bot may run without a person: a small allowlisted language.
+"""What code from the repair bot may run without a person: the admission rule, and its check.
 
-An LLM's output is attacker-influenced (crash messages and file contents reach its prompt), so code
-that `approve="auto"` applies unattended must stay inside a language small enough to read:
+An LLM's output is attacker-influenced (crash messages and file contents reach its prompt), so what
+`approve="auto"` applies unattended is judged by what it does, not by how it is spelled.
 
-- statements: assignments (plain, augmented, annotated), expression statements, `if`, `for`, `assert`,
-  `raise`, `pass`, `break`, `continue`, `return`, `del` of names the code itself binds, `import` of the
-  modules in `IMPORTS` (with `as`), `with` of the context managers in `CONTEXT_MANAGERS`, and `try`
-  whose every handler names specific exceptions (not bare, `Exception` or `BaseException`);
-- expressions: literals, arithmetic, comparisons, boolean logic, `x if c else y`, subscripts and slices,
-  list/tuple/dict/set displays, comprehensions, f-strings, and lambdas passed straight to a call;
-- calls, whose callee must be, syntactically, one of: a builtin in `BUILTINS`; a dotted path in `CALLS`
-  reached through a module (`torch.cuda.empty_cache`, `F.relu` where `F` is `torch.nn.functional`); a
-  method in `METHODS` (`x.float()`), in `CONTAINER_METHODS` on a name known to hold a list, dict or set
-  (`losses.append(...)`), or in `STRING_METHODS` on a name known to hold a string; or a callee the
-  vaccinated function already calls (`model(x)`, `optimizer.zero_grad()`, `cnn.accuracy(...)`), checked
-  against its live value (`context_for`) so that a callable from `os`, `subprocess`, `pickle`... never is.
+The rule. A repair answers a crash by computing differently; the crash is in the program's
+computation, so that is all a repair needs to do. It is admitted when everything it reaches is:
 
-Refused, each with the line: attributes whose name starts with `_` (dunders and private names), names
-starting with `__`, builtins not in `BUILTINS` (`eval`, `getattr`, `vars`, `open`, `type`...), modules used
-as values (`shell = os`), module attributes outside `CALLS`/`VALUES` (`os.environ`, `sys.modules`),
-imports outside `IMPORTS` and every `from x import *`, `while`, `def`, `class`, `global`, `nonlocal`,
-`async`, `await`, `yield`, `match`, `:=`, calls whose callee is computed (`fns[0](x)`, `type(x)(y)`), names
-the code binds and then calls (aliasing), assignments that shadow a module or a builtin, `time.sleep`
-without a literal bound of `MAX_SLEEP_S`, and literal sizes beyond `MAX_INT`, `MAX_ELEMENTS`, `MAX_RANGE`.
+1. what the crashed function already calls, resolved to the same live object (`model(x)`,
+   `optimizer.zero_grad()`, `np.median` where the function called `np.median`, under any alias);
+2. a pure function of the numeric libraries — torch, numpy, math, cmath, statistics — or a pure
+   method of a tensor or array (`.float()`, `.to_dense()`, `.detach().numpy()`, `np.median`,
+   `torch.where`; `daifu.decide.allowlist_numeric`), a builtin of `BUILTINS`, a layer, and the few
+   other callables of `CALLS` (constructors, `os.path` functions, a bounded `time.sleep`);
+3. the program's own functions and classes (defined in its files), when they reach nothing below;
+4. the program's own values: containers it changes (`history.setdefault("val_acc", []).append(v)`),
+   strings, attributes.
 
-A surgery is the vaccinated function's new source: its `def` line (decorators, parameters, defaults,
-annotations) must be the running one's, and only its body statements that differ from the running
-source are held to the allowlist — unchanged statements are the user's own code. Statements are
-aligned block by block (`difflib` on their ASTs); a compound statement that changed keeps its body
-aligned with the old one, so a changed `for` header is checked without re-checking its whole body.
-A `patch_function` is checked the same way against the callee's running source, and its target must
-be a user function on the crash's stack.
+It is never admitted when anything it reaches touches the system — files, processes, the network,
+the environment, code loading, or the introspection that leads to those (`daifu.decide.allowlist_system`):
+a module that reaches the system (`os` beyond its path functions, `shutil`, `subprocess`, `socket`,
+`ctypes`, `importlib`, `pickle`, `sys`, logging and telemetry libraries), a method of the system's types
+(`Path.touch`, `.chmod`, `.unlink`, `.write_text`, a file's `.write`), builtins that introspect or load
+(`getattr`, `__import__`, `globals`, `vars`, `open`, `eval`, `exec`, `type`), private and dunder
+attributes, readers of files (`np.load`, `np.fromfile`, `torch.load`, `torch.from_file`,
+`Path.read_text`) and of the environment (`os.environ`, `/proc`). This holds wherever the callable
+appears: a callable handed to something that calls it is a call (`list(map(Path(f).touch, modes))`,
+`max(xs, key=p.chmod)`, `DataLoader(ds, collate_fn=os.remove)`, a frame name holding `rmtree`).
 
-This is the static layer; the trial sandbox (issue 17) is the dynamic one. Values the code computes
-from the user's state (a `range(n)` over a huge `n`) are bounded by that state, not here.
+Nor is it admitted when it aims the program's own effects (`daifu.decide.allowlist_flow`): names it
+binds or changes that flow, in the function it runs in, into what aims a statement of the program that
+reaches the system — a file's path, a command, a logger — or into the condition that decides whether
+one runs (`stale_files = [victim]` before the program's `os.remove` loop, `cleanup = True` over its
+`rmtree`, `checkpoint = elsewhere` before its `torch.save`), nor when it calls a function of the
+program that reaches the system itself (`daifu.decide.allowlist_reach`). One exception, the program's
+own data: a read of the program's (`torch.load(path)`) pointed at another existing file, written out,
+in the folder of the path the name held.
 
-The tables are in `daifu.allowlist_tables`, the walk over the code in `daifu.allowlist_check`, and
-what the live frame tells (modules, callables, containers) in `daifu.allowlist_context`.
+The language the check reads is kept small enough to read: assignments, expression statements, `if`,
+`for`, `assert`, `raise`, `pass`, `break`, `continue`, `return`, `del` of names the code binds,
+`import` of `IMPORTS`, `with` of `CONTEXT_MANAGERS`, `try` whose handlers name specific exceptions;
+literals, arithmetic, comparisons, boolean logic, `x if c else y`, subscripts, displays,
+comprehensions, f-strings and lambdas passed straight to a call. Refused besides: `while`, `def`,
+`class`, `global`, `nonlocal`, `async`, `yield`, `match`, `:=`, computed callees (`fns[0](x)`), names the
+code binds then calls, assignments that shadow a module or a builtin, `time.sleep` without a literal
+bound of `MAX_SLEEP_S`, and literal sizes beyond `MAX_INT`, `MAX_ELEMENTS`, `MAX_RANGE`.
+
+A surgery is the vaccinated function's new source: its `def` line must be the running one's, and
+the statements that differ from the running source are held to the rule (aligned block by block,
+`difflib` on their ASTs). A compound statement whose header changed is the change's whole: its
+header is checked as code, and the program's statements in its unchanged body that reach the system
+need a person (`if True:` over the program's `rmtree`). A `patch_function` is checked the same way
+against the callee's running source, and its target must be a user function on the crash's stack.
+Every reason names a line of the file (a surgery's as its new version will have it), or a line of
+the action.
+
+This is the static layer. The dynamic one is the trial (`daifu.core.trial`): unattended, an effect
+the repair's own code reaches there fails it (`daifu.decide.trial_effects`), but creating the folder a
+failing write needs.
+
+The tables are in `allowlist_tables`, the numeric libraries in `allowlist_numeric`, the system in
+`allowlist_system`; the walk over the code in `allowlist_check`; what the live frame tells in
+`allowlist_context`, judging each live callable in `allowlist_callables`; what the program's code
+reaches in `allowlist_reach`; where a repair's names flow in `allowlist_flow`.
 """
 
 from __future__ import annotations
