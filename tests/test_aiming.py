@@ -144,3 +144,41 @@ def test_a_read_pointed_anywhere_else_needs_a_person(aim: str, weights_crash: tu
     verdict = check_safety(f"path = {aim.replace('{folder}', str(folder))!r}", context_for(crash))
     assert len(verdict.reasons) == 1 and "the program's own `torch.load`" in verdict.reasons[0], verdict.reasons
     assert verdict.reasons[0].startswith(f"line {crash.first_lineno + 1}: ")
+
+
+def append_line(path, text):
+    """The program's own logger: what it writes is data, where it writes is `path`."""
+    with open(path, "a", encoding="utf-8") as stream:
+        stream.write(text + "\n")
+
+
+def train_logging(model, x, y, log_path):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    append_line(log_path, f"loss {loss.item()}")
+    return loss.item()
+
+
+@pytest.fixture
+def logging_crash(tmp_path: Path) -> Crash:
+    crash = crash_from(train_logging, torch.nn.Linear(4, 3), torch.randn(2, 4), torch.tensor([0.0, 1.0]),
+                       str(tmp_path / "log.txt"))
+    frame = next(f for f, _ in traceback.walk_tb(crash.exception.__traceback__) if f.f_code is train_logging.__code__)
+    return dataclasses.replace(crash, frame=frame)
+
+
+def test_a_change_that_flows_into_what_the_programs_helper_writes_is_admitted(logging_crash: Crash) -> None:
+    """The helper's parameters are followed inside it: `text` is only written, `path` says where."""
+    fixed = logging_crash.source.replace("model(x), y)", "model(x), y.long())")
+    assert check_surgery_safety(fixed, context_for(logging_crash)).ok
+
+
+def test_a_change_that_aims_where_the_programs_helper_writes_needs_a_person(
+    logging_crash: Crash, tmp_path: Path
+) -> None:
+    aimed = logging_crash.source.replace("    append_line(", f"    log_path = {str(tmp_path / 'victim')!r}\n    append_line(")
+    verdict = check_surgery_safety(aimed.replace("model(x), y)", "model(x), y.long())"), context_for(logging_crash))
+    assert verdict.reasons == (
+        f"line {logging_crash.first_lineno + 3}: the program's own `append_line` (which reaches `open` at "
+        f"test_aiming.py:{inspect.getsourcelines(append_line)[1] + 2}) reaches files, processes or the network, "
+        "and the change changes what aims it (`log_path`): a repair that aims the program's effects needs a person",
+    )

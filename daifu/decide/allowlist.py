@@ -300,7 +300,7 @@ def _aimed(
     reach = Reach(context.values, context.module, context.modules, context.containers)
     own_data = _pointed_within_own_folder(repair, context)
     reasons = []
-    for aimed in aimed_effects(function, repair, reach, context.methods, frozenset(context.modules)):
+    for aimed in aimed_effects(function, repair, reach.call, context.methods, frozenset(context.modules)):
         if (skip and aimed.lineno in skip) or (aimed.reads and set(aimed.names) <= own_data):
             continue
         via = f" ({aimed.through})" if aimed.through else ""

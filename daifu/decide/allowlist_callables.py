@@ -15,7 +15,10 @@ a `pathlib.Path` method, `logging`), a module itself, and any object whose kind 
 
 Every attribute is read from the C-level slots of functions, types, methods and partials, so no
 `__getattr__`, property or metaclass of the program runs; whatever a value is, the answer is a
-judgement, never an exception.
+judgement, never an exception. The same holds for the other questions asked of live values here:
+`is_system` (is it the system's, under whatever name), `is_program_own`, `program_function` (the
+program's function behind a bound method or a partial, whose source can be read), and
+`static_attribute` (`value.name` looked up without running anything).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ class Judge:
     of the numeric libraries by identity, and whether the function itself calls the value."""
 
     module: str
-    pure: dict[int, str] = field(default_factory=dict)
+    pure: Mapping[int, str] = field(default_factory=dict)
     methods: frozenset[str] = frozenset()
     """The pure methods of tensors and arrays (`allowlist_numeric.tensor_methods`)."""
     called: bool = False
@@ -154,7 +157,8 @@ def program_function(value: Any, module: str) -> types.FunctionType | None:
 
 def is_program_own(value: Any, module: str) -> bool:
     """Whether `value` is a function or class the program defines: in the crashed function's module
-    `module`, or in a file that is no library's. Never raises."""
+    `module`, or in a file that is no library's (DaiFu's own are a library's, wherever installed).
+    Never raises."""
     try:
         kind = type(value)
         if kind is types.FunctionType:
@@ -164,9 +168,9 @@ def is_program_own(value: Any, module: str) -> bool:
             filename = _module_file(sys.modules.get(owner)) if isinstance(owner, str) else None
         else:
             return False
-        return (isinstance(owner, str) and owner == module) or (
-            isinstance(filename, str) and not _is_library(filename)
-        )
+        if not isinstance(owner, str) or owner == "daifu" or owner.startswith(("daifu.", "repairbot")):
+            return False
+        return owner == module or (isinstance(filename, str) and not _is_library(filename))
     except Exception:  # noqa: BLE001 - a value too odd to tell is not the program's own
         return False
 

@@ -59,6 +59,8 @@ class Context:
         with, `copy`, `add`, are admitted only on a name known to hold a tensor or array).
     callees: for each user function on the crash's stack below the vaccinated one, the target a
         `patch_function` names it by (`sys.modules['m'].f`) and its own context.
+    values: the names the frame sees with their live values, looked into only where no code runs.
+    module: the name of the function's module (what is defined there is the program's own).
     """
 
     source: str = ""
@@ -103,7 +105,7 @@ class Context:
             return False, None
         if not callable(value):
             return True, None
-        return True, refusal(value, Judge(self.module, dict(self.pure), self.methods, called=False))
+        return True, refusal(value, Judge(self.module, self.pure, self.methods, called=False))
 
 
 def context_for(crash: Crash) -> Context:

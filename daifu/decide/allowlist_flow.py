@@ -23,11 +23,27 @@ version, or the crashed function around an action):
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from daifu.decide.allowlist_reach import Reach
+from daifu.decide.allowlist_system import CONTENT_METHODS, LOG_METHODS
 from daifu.decide.allowlist_tables import CONTAINER_METHODS, METHODS, STRING_RESULTS
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A call that reaches the system (`daifu.decide.allowlist_reach`): what it is, the expressions that
+    aim it, and the way it gets there."""
+
+    what: str
+    targets: tuple[ast.expr, ...]
+    through: str = ""
+    reads: bool = False
+    """It only reads a file (`torch.load(path)`, `open(path)`): aimed elsewhere, it reads other data."""
+
+
+EffectOf = Callable[[ast.Call], "Effect | None"]
+"""What a call reaches of the system, if anything (`Reach.call`)."""
 
 
 @dataclass(frozen=True)
@@ -43,19 +59,25 @@ class Aimed:
 
 
 def aimed_effects(
-    function: ast.AST, repair: list[ast.stmt], reach: Reach, pure_methods: frozenset[str], modules: frozenset[str]
+    function: ast.AST,
+    repair: list[ast.stmt],
+    effect_of: EffectOf,
+    pure_methods: frozenset[str],
+    modules: frozenset[str],
+    given: frozenset[str] = frozenset(),
 ) -> list[Aimed]:
-    """The program's statements in `function` reaching the system whose aim reads a name `repair` binds.
+    """The program's statements in `function` reaching the system whose aim reads a name `repair` binds
+    (or one of `given`: a function's parameter, to tell whether it aims what the function reaches).
     `modules` are the names bound to modules: calling a module's function changes no name."""
     inside = {id(node) for statement in repair for node in ast.walk(statement)}
-    bound = _bound_by(repair, pure_methods) - modules
+    bound = (_bound_by(repair, pure_methods) | given) - modules
     bound = _closure(bound, function, pure_methods) - modules
     controlled = _controlled(function, bound)
     found: list[Aimed] = []
     for node in ast.walk(function):
         if not isinstance(node, ast.Call) or id(node) in inside:
             continue
-        effect = reach.call(node)
+        effect = effect_of(node)
         if effect is None:
             continue
         aiming = {name for target in effect.targets for name in _reads(target)} & bound
@@ -127,9 +149,12 @@ def _binds(node: ast.AST, pure_methods: frozenset[str]) -> set[str]:
 
 def _may_change(method: str, pure_methods: frozenset[str]) -> bool:
     """Whether calling `.method()` may change its receiver: a container's change, an in-place tensor
-    method (`add_`), or any method not known to compute only (a str's are)."""
+    method (`add_`), or any method not known to compute only (a str's are), but writing to a file,
+    a socket or a logger."""
     if method in CONTAINER_METHODS or method.endswith("_"):
         return True
+    if method in CONTENT_METHODS or method in LOG_METHODS:
+        return False  # what a file, socket or logger is given; where it points stays
     return method not in METHODS and method not in pure_methods and method not in STRING_RESULTS
 
 

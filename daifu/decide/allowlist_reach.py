@@ -20,9 +20,10 @@ it and without running any of it, is:
   (what cannot be read or followed that far counts as reaching it).
 
 An `Effect` names the call and the expressions that aim it: the file of a file function or a
-writer (a checkpoint's tensors are the program's data, its path is not), the receiver of a logger
-(its folder or server; the metrics are the program's), every argument and the receiver otherwise (a
-command, a request's data).
+writer (a checkpoint's tensors are the program's data, its path is not), the receiver of a logger or
+of a file's `write` (its folder, server or file; the data is the program's), the arguments of a
+function of the program bound to the parameters that aim what it reaches (followed inside it), every
+argument and the receiver otherwise (a command, a request).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from daifu.decide.allowlist_flow import Effect, aimed_effects
 from daifu.decide.allowlist_callables import (
     MISSING,
     is_module,
@@ -47,6 +49,7 @@ from daifu.decide.allowlist_callables import (
     static_attribute,
 )
 from daifu.decide.allowlist_system import (
+    CONTENT_METHODS,
     EFFECT_FUNCTIONS,
     FILE_FUNCTIONS,
     FILE_READERS,
@@ -67,16 +70,17 @@ _PATHS = frozenset({"path", "fname", "file", "filename", "save_directory", "dir"
 _PURE_MODULES = frozenset({"os.path"})
 """Modules inside `SYSTEM_MODULES` whose functions compute paths and read facts about them only."""
 
+_VARIADIC = 0x04 | 0x08
+"""`CO_VARARGS | CO_VARKEYWORDS`: a function taking `*args` or `**kwargs`."""
+
 
 @dataclass(frozen=True)
-class Effect:
-    """A call that reaches the system: what it is, the expressions that aim it, and the way it gets there."""
+class Summary:
+    """What a function of the program reaches: how (`found`, `None` when nothing), and which of its
+    parameters aim it (`aiming`; `None` when that cannot be told: every argument aims it)."""
 
-    what: str
-    targets: tuple[ast.expr, ...]
-    through: str = ""
-    reads: bool = False
-    """It only reads a file (`torch.load(path)`, `open(path)`): aimed elsewhere, it reads other data."""
+    found: str | None
+    aiming: frozenset[str] | None = None
 
 
 class Reach:
@@ -93,14 +97,14 @@ class Reach:
         modules: Mapping[str, str] | None = None,
         containers: frozenset[str] = frozenset(),
         depth: int = DEPTH,
-        seen: dict[int, str | None] | None = None,
+        seen: dict[int, Summary] | None = None,
     ) -> None:
         self.namespace = namespace
         self.module = module
         self.modules = dict(modules or {})
         self.containers = containers
         self.depth = depth
-        self.seen: dict[int, str | None] = {} if seen is None else seen
+        self.seen: dict[int, Summary] = {} if seen is None else seen
 
     def call(self, node: ast.Call) -> Effect | None:
         """The effect of `node`, if its callee reaches the system."""
@@ -115,35 +119,46 @@ class Reach:
             return self._method_effect(node, func, text)
         return None
 
-    def function(self, function: types.FunctionType) -> str | None:
-        """How the program's `function` reaches the system (`"torch.save(...) at helpers.py:12"`), or `None`."""
+    def function(self, function: types.FunctionType) -> Summary:
+        """What the program's `function` reaches, and which of its parameters aim it."""
         key = id(function.__code__)
         if key in self.seen:
             return self.seen[key]
         if self.depth <= 0:
-            return f"it calls functions more than {DEPTH} deep, too deep to follow"
-        self.seen[key] = None  # a recursive call reaches nothing its first visit did not
+            return Summary(f"calls more than {DEPTH} deep, too deep to follow")
+        self.seen[key] = Summary(None)  # a recursive call reaches nothing its first visit did not
         found = self._function(function)
         self.seen[key] = found
         return found
 
-    def _function(self, function: types.FunctionType) -> str | None:
+    def _function(self, function: types.FunctionType) -> Summary:
         try:
             lines, first = inspect.getsourcelines(function)
             tree = ast.parse(textwrap.dedent("".join(lines)))
         except Exception:  # noqa: BLE001 - a function whose source cannot be read cannot be cleared
-            return f"the source of `{function.__qualname__}` cannot be read"
-        inner = Reach(
-            function.__globals__, str(function.__module__), _imports(tree), frozenset(), self.depth - 1, self.seen
-        )
+            return Summary(f"the source of `{function.__qualname__}`, which cannot be read")
+        modules = _imports(tree)
+        inner = Reach(function.__globals__, str(function.__module__), modules, frozenset(), self.depth - 1, self.seen)
         filename = os.path.basename(function.__code__.co_filename)
+        found = None
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                effect = inner.call(node)
-                if effect is not None:
-                    via = f" ({effect.through})" if effect.through else ""
-                    return f"`{effect.what}` at {filename}:{first + node.lineno - 1}{via}"
-        return None
+            if not isinstance(node, ast.Call):
+                continue
+            effect = inner.call(node)
+            if effect is not None:
+                via = f" ({effect.through})" if effect.through else ""
+                found = f"`{effect.what}` at {filename}:{first + node.lineno - 1}{via}"
+                break
+        if found is None:
+            return Summary(None)
+        if function.__code__.co_flags & _VARIADIC:
+            return Summary(found)
+        names = frozenset(modules) | {n for n, v in function.__globals__.items() if is_module(v)}
+        aiming = frozenset(
+            parameter for parameter in _parameters(function)
+            if aimed_effects(tree, [], inner.call, frozenset(), names, frozenset({parameter}))
+        )
+        return Summary(found, aiming)
 
     # -- callees
 
@@ -168,7 +183,7 @@ class Reach:
         if path in FILE_FUNCTIONS:
             return Effect(text, _file_targets(node, path), reads=_reads_only(node, path))
         if in_system_module(module) and module not in _PURE_MODULES and name not in HARMLESS:
-            return Effect(text, _all_targets(node))
+            return Effect(text, () if name in LOG_METHODS else _all_targets(node))  # `wandb.log`: set up before
         loaded = _loaded(module)
         return self._value_effect(node, namespace_of(loaded).get(name, MISSING) if loaded else MISSING, text)
 
@@ -186,7 +201,7 @@ class Reach:
         name, receiver = func.attr, func.value
         if name in CONTAINER_METHODS and isinstance(receiver, ast.Name) and receiver.id in self.containers:
             return None
-        if name in LOG_METHODS:
+        if name in LOG_METHODS or name in CONTENT_METHODS:
             return Effect(text, (receiver,))
         if name in PATH_METHODS:
             return Effect(text, (receiver, *node.args[:1], *(k.value for k in node.keywords if k.arg in _PATHS)))
@@ -194,26 +209,48 @@ class Reach:
             return Effect(text, (receiver, *_all_targets(node)))
         if isinstance(receiver, ast.Name) and receiver.id in self.namespace:
             value = static_attribute(self.namespace[receiver.id], name)
-            return self._value_effect(node, value, text, (receiver,))
+            return self._value_effect(node, value, text, receiver)
         return None
 
-    def _value_effect(
-        self, node: ast.Call, value: Any, text: str, extra: tuple[ast.expr, ...] = ()
-    ) -> Effect | None:
+    def _value_effect(self, node: ast.Call, value: Any, text: str, receiver: ast.expr | None = None) -> Effect | None:
         if value is MISSING or not callable(value):
             return None
         file_path = _file_function_path(value)
         if file_path is not None:
             return Effect(text, _file_targets(node, file_path), reads=_reads_only(node, file_path))
         if is_system(value) and _text(node.func).rpartition(".")[2] not in HARMLESS:
-            return Effect(text, (*extra, *_all_targets(node)))
+            return Effect(text, (*([receiver] if receiver else []), *_all_targets(node)))
         function = program_function(value, self.module)
         if function is None:
             return None
-        found = self.function(function)
-        if found is None:
+        summary = self.function(function)
+        if summary.found is None:
             return None
-        return Effect(text, (*extra, *_all_targets(node)), f"the program's `{function.__qualname__}` reaches {found}")
+        bound = type(value) is types.MethodType
+        targets = _aiming_arguments(node, function, summary.aiming, receiver if bound else None)
+        return Effect(text, targets, f"which reaches {summary.found}")
+
+
+def _parameters(function: types.FunctionType) -> tuple[str, ...]:
+    code = function.__code__
+    return code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+
+
+def _aiming_arguments(
+    node: ast.Call, function: types.FunctionType, aiming: frozenset[str] | None, receiver: ast.expr | None
+) -> tuple[ast.expr, ...]:
+    """The arguments of a call of the program's `function` bound to a parameter that aims what it reaches
+    (all of them when that cannot be told), and the receiver when `self` aims it."""
+    every = (*([receiver] if receiver is not None else []), *_all_targets(node))
+    if aiming is None or any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+        return every
+    positional = list(_parameters(function)[: function.__code__.co_argcount])
+    found: list[ast.expr] = []
+    if receiver is not None and positional and positional.pop(0) in aiming:
+        found.append(receiver)
+    found += [argument for name, argument in zip(positional, node.args) if name in aiming]
+    found += [k.value for k in node.keywords if k.arg in aiming]
+    return tuple(found)
 
 
 def _loaded(module: str) -> types.ModuleType | None:

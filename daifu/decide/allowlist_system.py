@@ -151,4 +151,8 @@ LOG_METHODS = frozenset("log log_metrics log_metric log_dict add_scalar add_scal
 """Method names that record data where their receiver was set up to (a summary writer's folder, a
 tracker's server): the receiver aims them, the data is the program's metrics."""
 
+CONTENT_METHODS = frozenset("write writelines send sendall sendmsg sendto write_text write_bytes".split())
+"""Methods of the system's types whose arguments are the data written or sent: the receiver (the file,
+the socket, the path) aims them, and calling them does not change where it points."""
+
 EFFECT_METHODS = PATH_METHODS | LOG_METHODS
