@@ -168,9 +168,14 @@ def outcome(case: Case, reference: dict[str, Any] | None, result: dict[str, Any]
     if result.get("finished"):
         recovered, _ = matches(case, reference, result)
         return "recovered" if recovered and not harm_failures(case, result.get("metrics")) else "harmful"
-    if not result.get("repairs") and crashed_as_expected(case, result):
+    if not applied_repairs(result) and crashed_as_expected(case, result):
         return "declined"
     return "failed"
+
+
+def applied_repairs(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's repairs that were carried out: its record also lists the crashes answered `Raise`."""
+    return [r for r in result.get("repairs") or [] if r.get("decision") not in (None, "Raise")]
 
 
 def restore_ms(result: dict[str, Any]) -> float | None:

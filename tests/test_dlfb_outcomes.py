@@ -74,6 +74,9 @@ def test_the_expected_crash_with_no_repair_is_declined_and_a_repaired_run_that_s
         tmp_path: Path) -> None:
     case = _case(tmp_path)
     assert harness.outcome(case, REFERENCE, _crashed("IndexError", "Target 10 is out of bounds.", 0)) == "declined"
+    raised = _crashed("IndexError", "Target 10 is out of bounds.", 0)
+    raised["repairs"] = [{"decision": "Raise", "duration_ms": None}]  # the record lists a crash left to raise
+    assert harness.outcome(case, REFERENCE, raised) == "declined"
     assert harness.outcome(case, REFERENCE, _crashed("IndexError", "Target 10 is out of bounds.", 1)) == "failed"
     assert harness.outcome(case, REFERENCE, _crashed("RuntimeError", "something else", 1)) == "failed"
     assert harness.outcome(case, REFERENCE, _crashed("RuntimeError", "something else", 0)) == "failed"
