@@ -381,6 +381,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "crashed_as_expected": sum(r["crashed_as_expected"] for r in rows),
         "recovered_replay": sum(r["replay"]["recovered"] for r in rows),
         "recovered_automatic": sum(r["automatic"]["recovered"] for r in rows),
+        "automatic_not_run": sum(bool(r["automatic"].get("skipped")) for r in rows),
         "median_restore_ms_replay": median([r["replay"]["restore_ms"] for r in rows]),
         "max_restore_ms_replay": max((r["replay"]["restore_ms"] or 0.0 for r in rows), default=None),
         "median_restore_ms_automatic": median([r["automatic"]["restore_ms"] for r in rows]),

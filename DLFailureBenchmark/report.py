@@ -84,8 +84,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     s = summary
     return [
         f"cases: {s['cases']}; crashed as expected: {s['crashed_as_expected']}/{s['cases']}",
-        f"recovered in replay mode: {s['recovered_replay']}/{s['cases']}; "
-        f"recovered automatically (rules bot): {s['recovered_automatic']}/{s['cases']}",
+        f"recovered in replay mode: {s['recovered_replay']}/{s['cases']}; " + (
+            "automatic runs: not made (--replay-only)" if s.get("automatic_not_run") == s["cases"] else
+            f"recovered automatically (rules bot): {s['recovered_automatic']}/{s['cases']}"),
         *set_lines(s.get("sets", {})),
         f"restore time, replay: median {_number(s['median_restore_ms_replay'], 2)} ms, "
         f"max {_number(s['max_restore_ms_replay'], 2)} ms; automatic: median "

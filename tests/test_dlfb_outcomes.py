@@ -157,4 +157,6 @@ def test_replay_only_measures_fixed_buggy_and_replay_and_never_the_automatic_run
     assert runs.asked == ["fixed", "buggy", "replay"]
     assert row["replay"]["outcome"] == "recovered" and row["fixed_harm_failures"] == []
     assert row["automatic"]["outcome"] is None and row["automatic"]["skipped"] == "--replay-only"
-    assert harness.summarize([row])["sets"]["blind1"]["automatic_outcomes"]["declined"] == 0
+    summary = harness.summarize([row])
+    assert summary["sets"]["blind1"]["automatic_outcomes"]["declined"] == 0 and summary["automatic_not_run"] == 1
+    assert "recovered in replay mode: 1/1; automatic runs: not made (--replay-only)" in report.summary_lines(summary)
