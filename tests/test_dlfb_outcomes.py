@@ -160,3 +160,17 @@ def test_replay_only_measures_fixed_buggy_and_replay_and_never_the_automatic_run
     summary = harness.summarize([row])
     assert summary["sets"]["blind1"]["automatic_outcomes"]["declined"] == 0 and summary["automatic_not_run"] == 1
     assert "recovered in replay mode: 1/1; automatic runs: not made (--replay-only)" in report.summary_lines(summary)
+
+
+def test_blind_cases_are_complete_with_sources_harm_checks_and_recorded_human_repairs() -> None:
+    blind = cases.select(sets=list(cases.BLIND_SETS))
+    assert len([c for c in blind if c.set == "blind1"]) >= 20
+    for case in blind:
+        assert case.program("buggy").read_text() != case.program("fixed").read_text(), case.id
+        sources = [case.source] if isinstance(case.source, str) else case.source or []
+        assert sources and all(s.startswith("https://") for s in sources), case.id
+        assert case.right_repair and case.harm and case.harm.get("description"), case.id
+        assert case.harm_checks and all("metric" in c and ("min" in c or "max" in c) for c in case.harm_checks), case.id
+        entries = harness.read_record(case.record)
+        assert [e["decision"] for e in entries] == [r["decision"] for r in case.repairs], case.id
+        assert all(not Path(e["file"]).is_absolute() for e in entries), case.id
