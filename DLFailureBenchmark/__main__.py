@@ -1,4 +1,5 @@
-"""`python -m DLFailureBenchmark [--quick|--smoke|--repairs-only|--replay-only] [--case ID ...] [--scenario NAME ...] [--set NAME ...] [--out DIR]`."""
+"""`python -m DLFailureBenchmark [--quick|--smoke|--repairs-only|--replay-only] [--case ID ...] [--scenario NAME ...]
+[--set NAME ...] [--out DIR]`."""
 
 from __future__ import annotations
 

@@ -81,4 +81,5 @@ def main(workdir, seed=0, resume=None, until=None):
     ckpt_dir = Path(workdir) / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     losses = train(model, optimizer, ckpt_dir, start, STEPS if until is None else until, seed)
-    return {"steps": len(losses), "final_loss": sum(losses[-20:]) / len(losses[-20:]), "ranking_auc": ranking_auc(model)}
+    return {"steps": len(losses), "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+            "ranking_auc": ranking_auc(model)}
