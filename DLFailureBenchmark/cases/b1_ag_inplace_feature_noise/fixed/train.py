@@ -66,7 +66,8 @@ def main(workdir, seed=0, resume=None, until=None):
     start = load_checkpoint(resume, model, optimizer)
     ckpt_dir = Path(workdir) / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    losses, noisy_steps, encoder_moved = train(model, optimizer, ckpt_dir, start, STEPS if until is None else until, seed)
+    stop = STEPS if until is None else until
+    losses, noisy_steps, encoder_moved = train(model, optimizer, ckpt_dir, start, stop, seed)
     return {"steps": len(losses), "final_loss": sum(losses[-20:]) / len(losses[-20:]),
             "accuracy": tabular.accuracy(model, *tabular.held_out(seed)),
             "noisy_steps": noisy_steps, "encoder_moved_from_50": encoder_moved}
