@@ -35,7 +35,7 @@ def annotation_batch(seed, step):
     """The documents of `step` as the annotation tool exported them."""
     g = torch.Generator().manual_seed(seed * 100_003 + step)
     x, y = documents(g, BATCH)
-    if step >= SECOND_ROUND:  # the second round's export: documents an annotator skipped have no topic
+    if step >= SECOND_ROUND:
         skipped = torch.rand(BATCH, generator=g) < 0.35
         y = torch.where(skipped, torch.full_like(y, -1), y)
     return x, y

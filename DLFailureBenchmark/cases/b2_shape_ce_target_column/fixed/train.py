@@ -32,7 +32,7 @@ def samples(g, count):
 
 
 def export_shards(folder, seed):
-    """The dataset as it sits on disk: the new pipeline (shards 2 and 3) stores the labels as a column."""
+    """Write the training set as it sits on disk: four shards, two from each export pipeline."""
     folder.mkdir(parents=True, exist_ok=True)
     for k in range(SHARDS):
         x, y = samples(torch.Generator().manual_seed(seed * 1000 + k), SHARD_SIZE)
