@@ -264,3 +264,24 @@ def test_a_surgery_of_the_issue_program_is_checked_in_its_real_context() -> None
     context = context_for(crash)
     fixed = crash.source.replace("model(features)", "model(features.float())")
     assert check_surgery_safety(fixed, context).ok
+
+
+def test_building_a_context_imports_nothing_into_the_program(tmp_path: Path) -> None:
+    """Looking at numpy's and torch's namespaces must not load their lazy submodules (`numpy.testing`,
+    `torch._dynamo`): a module imported by DaiFu's judgement would change the program it judges."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, numpy, torch\n"
+        "from daifu.decide.allowlist import build_context\n"
+        "from daifu.decide.allowlist_system import system_attributes\n"
+        "system_attributes()\n"
+        "before = set(sys.modules)\n"
+        "build_context('def f():\\n    return numpy.median(torch.zeros(1).numpy())\\n', "
+        "{'numpy': numpy, 'torch': torch}, '__main__')\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

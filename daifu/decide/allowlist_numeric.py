@@ -91,48 +91,49 @@ def pure_objects() -> dict[int, str]:
 
 
 def _pure_items() -> Iterator[tuple[str, Any]]:
+    """Read from the modules' own namespaces, never through `getattr`: a lazy attribute (numpy's
+    `testing`, torch's `_dynamo`) must not be imported into the program by looking."""
     torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
     if torch is not None:
-        operators = getattr(getattr(torch, "_C", None), "_VariableFunctions", None)
-        for name in _public(operators):
-            value = _attribute(torch, name)
-            if name not in READS_A_FILE and value is not None and value is _attribute(operators, name):
+        names = _namespace(torch)
+        operators = getattr(names.get("_C"), "_VariableFunctions", None)  # an object of a class of torch's C code
+        for name in _namespace(type(operators)):
+            value = names.get(name)
+            if not name.startswith("_") and name not in READS_A_FILE and value is getattr(operators, name, None):
                 yield f"torch.{name}", value
-        functional = sys.modules.get("torch.functional")
-        for name in getattr(functional, "__all__", ()):
-            value = _attribute(torch, name)
-            if value is not None and value is _attribute(functional, name):
-                yield f"torch.{name}", value
+        functional = _namespace(sys.modules.get("torch.functional"))
+        for name in functional.get("__all__", ()):
+            if isinstance(name, str) and name in functional and names.get(name) is functional[name]:
+                yield f"torch.{name}", functional[name]
     if numpy is not None:
-        ufunc = getattr(numpy, "ufunc", None)
-        for name in _public(numpy):
-            value = _attribute(numpy, name)
-            if name in NUMPY_FUNCTIONS or name in NUMPY_TYPES or (ufunc is not None and isinstance(value, ufunc)):
+        names = _namespace(numpy)
+        ufunc = names.get("ufunc")
+        for name, value in names.items():
+            if name.startswith("_"):
+                continue
+            if name in NUMPY_FUNCTIONS or name in NUMPY_TYPES or (isinstance(ufunc, type) and isinstance(value, ufunc)):
                 yield f"numpy.{name}", value
     for module_name in PURE_MODULES:
-        module = sys.modules.get(module_name)
         root = module_name.split(".")[0]
-        for name in _public(module):
-            value = _attribute(module, name)
-            owner = _owner_name(value)
-            if callable(value) and not isinstance(value, types.ModuleType) and (owner or "").startswith(root):
+        for name, value in _namespace(sys.modules.get(module_name)).items():
+            if name.startswith("_") or isinstance(value, types.ModuleType) or not callable(value):
+                continue
+            if (_owner_name(value) or "").startswith(root):
                 yield f"{module_name}.{name}", value
 
 
-def _public(namespace: Any) -> list[str]:
-    if namespace is None:
-        return []
+def _namespace(owner: Any) -> dict[str, Any]:
+    """A module's or a class's own namespace (`{}` for anything else), read without running its code."""
     try:
-        return [name for name in dir(namespace) if not name.startswith("_")]
-    except Exception:  # noqa: BLE001 - a namespace that cannot list itself offers nothing
-        return []
-
-
-def _attribute(namespace: Any, name: str) -> Any:
-    try:
-        return getattr(namespace, name, None)
-    except Exception:  # noqa: BLE001 - a lazy attribute that fails to load is not admitted
-        return None
+        if isinstance(owner, types.ModuleType):
+            found = object.__getattribute__(owner, "__dict__")
+        elif isinstance(owner, type):
+            found = dict(type.__dict__["__dict__"].__get__(owner, type))
+        else:
+            return {}
+    except Exception:  # noqa: BLE001 - a namespace that cannot be read offers nothing
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _owner_name(value: Any) -> str | None:
@@ -148,18 +149,25 @@ def _owner_name(value: Any) -> str | None:
 
 def tensor_methods() -> frozenset[str]:
     """The methods of tensors and arrays that compute (`float`, `to_dense`, `median`, `copy_`), by name."""
-    found: set[str] = set()
     torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
-    base = getattr(getattr(torch, "_C", None), "TensorBase", None)
-    for kind in (base, getattr(torch, "Tensor", None), getattr(numpy, "ndarray", None)):
+    kinds = [_namespace(torch).get("Tensor"), _namespace(numpy).get("ndarray")]
+    found: set[str] = set()
+    for kind in kinds:
         if isinstance(kind, type):
-            found |= {name for name in _public(kind) if _is_method(kind, name)}
+            found |= _methods(kind)
     return frozenset(found - NOT_PURE_METHODS)
 
 
-def _is_method(kind: type, name: str) -> bool:
-    for klass in kind.__mro__:
-        if name in klass.__dict__:
-            member = klass.__dict__[name]
-            return isinstance(member, (types.FunctionType, types.MethodDescriptorType))
-    return False
+def _methods(kind: type) -> set[str]:
+    """The public names `kind` and its bases (but `object`) define as functions or C methods; the first
+    definition along the MRO decides (a property over a method is no method)."""
+    seen: set[str] = set()
+    found: set[str] = set()
+    for klass in kind.__mro__[:-1]:
+        for name, member in _namespace(klass).items():
+            if name.startswith("_") or name in seen:
+                continue
+            seen.add(name)
+            if isinstance(member, (types.FunctionType, types.MethodDescriptorType)):
+                found.add(name)
+    return found
