@@ -59,3 +59,22 @@ def test_a_correct_action_for_a_real_crash_is_admitted(name: str, code: str) -> 
     crash = live_crash(repair.function, *repair.arguments())
     verdict = check_safety(code, context_for(crash))
     assert verdict.ok, verdict.reasons
+
+
+def test_messages_name_the_files_lines_not_the_functions() -> None:
+    """Issue 25.8: a reason read `line 4: calls the method ...` where the file's line was 56; a person
+    or a model reading it must find the line in the file."""
+    repair = next(r for r in REPAIRS if r.name == "a sparse gradient made dense for numpy")
+    crash = live_crash(repair.function, *repair.arguments())
+    lines, first = inspect.getsourcelines(repair.function)
+    line = first + next(i for i, text in enumerate(lines) if ".grad.numpy()" in text)
+    assert line > 40  # deep in its file: a line counted from the def would not be the file's
+    context = context_for(crash)
+    bad = crash.source.replace(".grad.numpy()", ".grad.to_dense().numpy().tofile('x')")
+    assert check_surgery_safety(bad, context).reasons == (
+        f"line {line}: calls the method `.tofile()`, which is not on the allowlist",
+    )
+    broken = crash.source.replace(".grad.numpy()", ".grad.numpy(")
+    assert check_surgery_safety(broken, context).reasons[0].endswith(f"(line {line})")
+    assert check_safety("x = (", context).reasons == ("the action does not parse: '(' was never closed "
+                                                        "(line 1 of the action)",)

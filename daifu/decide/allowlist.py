@@ -169,7 +169,7 @@ def check_patch_safety(source: str, target: str, context: Context) -> Verdict:
 
 
 def _check_def(source: str, running: str, context: Context, what: str) -> Verdict:
-    new = _one_def(source, what)
+    new = _one_def(source, what, context.first_lineno)
     if isinstance(new, str):
         return Verdict((new,))
     old = _one_def(running, "the running function") if running else None
@@ -213,8 +213,8 @@ def changed_lines(running: str, source: str) -> frozenset[int]:
     return frozenset(found)
 
 
-def _one_def(source: str, what: str) -> ast.FunctionDef | ast.AsyncFunctionDef | str:
-    tree = parse_code(source, what)
+def _one_def(source: str, what: str, first_lineno: int | None = None) -> ast.FunctionDef | ast.AsyncFunctionDef | str:
+    tree = parse_code(source, what, first_lineno)
     if isinstance(tree, str):
         return tree
     if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -754,12 +754,16 @@ def _short(value: int) -> str:
     return text if len(text) <= 20 else f"about 10**{len(text) - 1}"
 
 
-def parse_code(code: str, what: str) -> ast.Module | str:
+def parse_code(code: str, what: str, first_lineno: int | None = None) -> ast.Module | str:
+    """The module `code` parses to, or why it cannot be read: its line as the file's when the code
+    starts at file line `first_lineno`, else as the code's own (`line 2 of the action`)."""
     if len(code) > MAX_CODE:
         return f"{what} is longer than {MAX_CODE} characters"
     try:
         return ast.parse(textwrap.dedent(code))
     except SyntaxError as error:
-        return f"{what} does not parse: {error.msg} (line {error.lineno})"
+        line = error.lineno or 1
+        where = f"line {first_lineno + line - 1}" if first_lineno is not None else f"line {line} of {what}"
+        return f"{what} does not parse: {error.msg} ({where})"
     except (RecursionError, MemoryError, ValueError) as error:
         return f"{what} cannot be read: {type(error).__name__}"
