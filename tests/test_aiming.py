@@ -182,3 +182,40 @@ def test_a_change_that_aims_where_the_programs_helper_writes_needs_a_person(
         f"test_aiming.py:{inspect.getsourcelines(append_line)[1] + 2}) reaches files, processes or the network, "
         "and the change changes what aims it (`log_path`): a repair that aims the program's effects needs a person",
     )
+
+
+def read_words(path):
+    """The program's own reader: it opens `path` to read it."""
+    with open(path, encoding="utf-8") as stream:
+        return stream.read().split()
+
+
+def evaluate(data_dir, best, model):
+    valid_path = data_dir / "wiki.valid.token"
+    words = read_words(valid_path)
+    if len(words) > best:
+        torch.save(model.state_dict(), data_dir / "best.pt")
+    return words
+
+
+@pytest.fixture
+def reader_crash(tmp_path: Path) -> tuple[Crash, Path]:
+    (tmp_path / "wiki.valid.tokens").write_text("a b c")
+    crash = crash_from(evaluate, tmp_path, 0, torch.nn.Linear(1, 1))
+    frame = next(f for f, _ in traceback.walk_tb(crash.exception.__traceback__) if f.f_code is evaluate.__code__)
+    return dataclasses.replace(crash, frame=frame), tmp_path
+
+
+def test_a_read_through_the_programs_helper_pointed_beside_is_admitted(reader_crash: tuple[Crash, Path]) -> None:
+    crash, folder = reader_crash
+    context = context_for(crash)
+    assert check_safety(f"import pathlib\nvalid_path = pathlib.Path({str(folder / 'wiki.valid.tokens')!r})", context).ok
+    verdict = check_safety("import pathlib\nvalid_path = pathlib.Path('/etc/hostname')", context)
+    assert "the program's own `read_words` (which reaches `open` at" in str(verdict), verdict
+
+
+def test_whether_a_file_is_written_is_no_aim_but_whether_one_is_deleted_is(reader_crash: tuple[Crash, Path]) -> None:
+    """`best` decides whether the program saves its checkpoint (to the path it chose): not an aim.
+    `cleanup` deciding whether it removes a folder is (`cleanup_flag_action`)."""
+    crash, _ = reader_crash
+    assert check_safety("best = 10", context_for(crash)).ok

@@ -16,8 +16,10 @@ version, or the crashed function around an action):
   a name rebound in between is still counted: the analysis may over-report, never under-report);
 - a statement of the program outside the repair whose call reaches the system
   (`daifu.decide.allowlist_reach`) is aimed by the repair when its aiming expressions — a file's path,
-  a command, a logger — read a bound name, or when whether it runs does: it sits under an `if`, a
-  `while`, a conditional expression or a short-circuit whose condition reads one.
+  a command, a logger — read a bound name, or, for an effect that is harm by running at all (a
+  deletion, a process, a connection; not a read, a write of a file or a log), when whether it runs
+  does: it sits under an `if`, a `while`, a conditional expression or a short-circuit whose
+  condition reads one.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from daifu.decide.allowlist_system import CONTENT_METHODS, LOG_METHODS
+from daifu.decide.allowlist_system import CONTENT_METHODS, LOG_METHODS, READ_METHODS
 from daifu.decide.allowlist_tables import CONTAINER_METHODS, METHODS, STRING_RESULTS
 
 
@@ -40,6 +42,9 @@ class Effect:
     through: str = ""
     reads: bool = False
     """It only reads a file (`torch.load(path)`, `open(path)`): aimed elsewhere, it reads other data."""
+    severe: bool = False
+    """It deletes, renames, changes modes, runs a process, connects, or reaches the system some other way
+    than reading or writing a file or logging: whether it runs at all is then the harm."""
 
 
 EffectOf = Callable[[ast.Call], "Effect | None"]
@@ -81,7 +86,7 @@ def aimed_effects(
         if effect is None:
             continue
         aiming = {name for target in effect.targets for name in _reads(target)} & bound
-        running = controlled.get(id(node), set())
+        running = controlled.get(id(node), set()) if effect.severe else set()
         if aiming | running:
             reads = effect.reads and not running
             found.append(Aimed(node.lineno, effect.what, tuple(sorted(aiming | running)), effect.through, reads))
@@ -153,8 +158,8 @@ def _may_change(method: str, pure_methods: frozenset[str]) -> bool:
     a socket or a logger."""
     if method in CONTAINER_METHODS or method.endswith("_"):
         return True
-    if method in CONTENT_METHODS or method in LOG_METHODS:
-        return False  # what a file, socket or logger is given; where it points stays
+    if method in CONTENT_METHODS or method in LOG_METHODS or method in READ_METHODS:
+        return False  # what a file, socket or logger is given or gives; where it points stays
     return method not in METHODS and method not in pure_methods and method not in STRING_RESULTS
 
 

@@ -56,6 +56,7 @@ from daifu.decide.allowlist_system import (
     HARMLESS,
     LOG_METHODS,
     PATH_METHODS,
+    READ_METHODS,
     in_system_module,
     system_attributes,
 )
@@ -81,6 +82,10 @@ class Summary:
 
     found: str | None
     aiming: frozenset[str] | None = None
+    reads: bool = False
+    """What its parameters aim, it only reads (`tokenize(path)` opening `path` to read it)."""
+    severe: bool = True
+    """It reaches more than reading, writing a file or logging (`Effect.severe`)."""
 
 
 class Reach:
@@ -125,7 +130,7 @@ class Reach:
         if key in self.seen:
             return self.seen[key]
         if self.depth <= 0:
-            return Summary(f"calls more than {DEPTH} deep, too deep to follow")
+            return Summary(f"calls more than {DEPTH} deep, too deep to follow")  # severe: cannot tell
         self.seen[key] = Summary(None)  # a recursive call reaches nothing its first visit did not
         found = self._function(function)
         self.seen[key] = found
@@ -140,25 +145,24 @@ class Reach:
         modules = _imports(tree)
         inner = Reach(function.__globals__, str(function.__module__), modules, frozenset(), self.depth - 1, self.seen)
         filename = os.path.basename(function.__code__.co_filename)
-        found = None
+        found, severe = None, False
         for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            effect = inner.call(node)
-            if effect is not None:
+            effect = inner.call(node) if isinstance(node, ast.Call) else None
+            if effect is not None and isinstance(node, ast.Call):
                 via = f" ({effect.through})" if effect.through else ""
-                found = f"`{effect.what}` at {filename}:{first + node.lineno - 1}{via}"
-                break
+                found = found or f"`{effect.what}` at {filename}:{first + node.lineno - 1}{via}"
+                severe = severe or effect.severe
         if found is None:
             return Summary(None)
         if function.__code__.co_flags & _VARIADIC:
-            return Summary(found)
+            return Summary(found, severe=severe)
         names = frozenset(modules) | {n for n, v in function.__globals__.items() if is_module(v)}
-        aiming = frozenset(
-            parameter for parameter in _parameters(function)
-            if aimed_effects(tree, [], inner.call, frozenset(), names, frozenset({parameter}))
-        )
-        return Summary(found, aiming)
+        aimed = {
+            parameter: aimed_effects(tree, [], inner.call, frozenset(), names, frozenset({parameter}))
+            for parameter in _parameters(function)
+        }
+        reads = all(effect.reads for effects in aimed.values() for effect in effects)
+        return Summary(found, frozenset(p for p, effects in aimed.items() if effects), reads, severe)
 
     # -- callees
 
@@ -183,7 +187,9 @@ class Reach:
         if path in FILE_FUNCTIONS:
             return Effect(text, _file_targets(node, path), reads=_reads_only(node, path))
         if in_system_module(module) and module not in _PURE_MODULES and name not in HARMLESS:
-            return Effect(text, () if name in LOG_METHODS else _all_targets(node))  # `wandb.log`: set up before
+            if name in LOG_METHODS:  # `wandb.log(metrics)`: aimed where it was set up
+                return Effect(text, ())
+            return Effect(text, _all_targets(node), severe=True)
         loaded = _loaded(module)
         return self._value_effect(node, namespace_of(loaded).get(name, MISSING) if loaded else MISSING, text)
 
@@ -193,7 +199,7 @@ class Reach:
             if name in EFFECT_FUNCTIONS and name in builtins.__dict__:
                 if name in FILE_FUNCTIONS:
                     return Effect(text, _file_targets(node, name), reads=_reads_only(node, name))
-                return Effect(text, _all_targets(node))
+                return Effect(text, _all_targets(node), severe=True)
             return None
         return self._value_effect(node, value, text)
 
@@ -203,10 +209,12 @@ class Reach:
             return None
         if name in LOG_METHODS or name in CONTENT_METHODS:
             return Effect(text, (receiver,))
+        if name in READ_METHODS:
+            return Effect(text, (receiver,), reads=True)
         if name in PATH_METHODS:
             return Effect(text, (receiver, *node.args[:1], *(k.value for k in node.keywords if k.arg in _PATHS)))
         if name in system_attributes():
-            return Effect(text, (receiver, *_all_targets(node)))
+            return Effect(text, (receiver, *_all_targets(node)), severe=True)
         if isinstance(receiver, ast.Name) and receiver.id in self.namespace:
             value = static_attribute(self.namespace[receiver.id], name)
             return self._value_effect(node, value, text, receiver)
@@ -219,7 +227,7 @@ class Reach:
         if file_path is not None:
             return Effect(text, _file_targets(node, file_path), reads=_reads_only(node, file_path))
         if is_system(value) and _text(node.func).rpartition(".")[2] not in HARMLESS:
-            return Effect(text, (*([receiver] if receiver else []), *_all_targets(node)))
+            return Effect(text, (*([receiver] if receiver else []), *_all_targets(node)), severe=True)
         function = program_function(value, self.module)
         if function is None:
             return None
@@ -228,7 +236,8 @@ class Reach:
             return None
         bound = type(value) is types.MethodType
         targets = _aiming_arguments(node, function, summary.aiming, receiver if bound else None)
-        return Effect(text, targets, f"which reaches {summary.found}")
+        return Effect(text, targets, f"which reaches {summary.found}", reads=summary.reads and bool(summary.aiming),
+                      severe=summary.severe)
 
 
 def _parameters(function: types.FunctionType) -> tuple[str, ...]:

@@ -155,4 +155,7 @@ CONTENT_METHODS = frozenset("write writelines send sendall sendmsg sendto write_
 """Methods of the system's types whose arguments are the data written or sent: the receiver (the file,
 the socket, the path) aims them, and calling them does not change where it points."""
 
+READ_METHODS = frozenset("read read1 readline readlines readall readinto readinto1 read_text read_bytes".split())
+"""Methods of files and paths that read them: the receiver (the file, the path) is what they read."""
+
 EFFECT_METHODS = PATH_METHODS | LOG_METHODS
