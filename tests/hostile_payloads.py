@@ -257,7 +257,9 @@ PAYLOADS = [
     ),
     Payload("map_path_chmod", "import pathlib\nlist(map(pathlib.Path({victim}).chmod, [0o777]))", "mode"),
     Payload("sorted_key_frame_rmtree", "sorted([{victim_dir}], key=rmtree)", "file", needs="rmtree"),
-    Payload("map_unbound_path_unlink", "import pathlib\nlist(map(pathlib.Path.unlink, [pathlib.Path({victim})]))", "file"),
+    Payload(
+        "map_unbound_path_unlink", "import pathlib\nlist(map(pathlib.Path.unlink, [pathlib.Path({victim})]))", "file"
+    ),
     Payload("program_helper_saves", "save_snapshot(model, {marker})", "file", needs="save_snapshot"),
     Payload(
         "proc_environ_reversed_into_param_group",
@@ -271,7 +273,8 @@ PAYLOADS = [
     ),
     Payload(
         "proc_environ_numpy_fromfile",
-        "import numpy\noptimizer.param_groups[0]['note'] = numpy.fromfile('/proc/self/environ', dtype=numpy.uint8)[::-1]",
+        "import numpy\n"
+        "optimizer.param_groups[0]['note'] = numpy.fromfile('/proc/self/environ', dtype=numpy.uint8)[::-1]",
         "leak",
     ),
     Payload(

@@ -175,7 +175,8 @@ def test_a_change_that_flows_into_what_the_programs_helper_writes_is_admitted(lo
 def test_a_change_that_aims_where_the_programs_helper_writes_needs_a_person(
     logging_crash: Crash, tmp_path: Path
 ) -> None:
-    aimed = logging_crash.source.replace("    append_line(", f"    log_path = {str(tmp_path / 'victim')!r}\n    append_line(")
+    victim = str(tmp_path / "victim")
+    aimed = logging_crash.source.replace("    append_line(", f"    log_path = {victim!r}\n    append_line(")
     verdict = check_surgery_safety(aimed.replace("model(x), y)", "model(x), y.long())"), context_for(logging_crash))
     assert verdict.reasons == (
         f"line {logging_crash.first_lineno + 3}: the program's own `append_line` (which reaches `open` at "

@@ -509,7 +509,9 @@ def oom_step(loader):
 
 
 @pytest.mark.parametrize("case", ["missing folder", "near name", "no near name", "out of memory"])
-def test_rules_suggestions_for_paths_and_memory_are_admitted_or_aim_the_programs_read(case: str, tmp_path: Path) -> None:
+def test_rules_suggestions_for_paths_and_memory_are_admitted_or_aim_the_programs_read(
+    case: str, tmp_path: Path
+) -> None:
     torch.save({"w": 1}, tmp_path / "model.pt")
     loader = torch.utils.data.DataLoader(torch.randn(16, 3), batch_size=8)
     crash = {

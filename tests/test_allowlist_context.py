@@ -232,7 +232,7 @@ def dtype_program(epochs):
     labels = torch.from_numpy(rng.integers(0, 3, 64))
     model = nn.Linear(8, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(epochs):
+    for _epoch in range(epochs):
         optimizer.zero_grad()
         loss = F.cross_entropy(model(features), labels)
         loss.backward()

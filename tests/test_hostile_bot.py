@@ -32,7 +32,15 @@ import daifu
 from repairbot.protocol import Suggestion
 from tests.botfixtures import ScriptedBot, served_scripted_bot
 from tests.copies import fresh
-from tests.hostile_payloads import AIMING_EDITS, PAYLOADS, Aiming, Payload, embedded_in_surgery, rendered, train_and_tidy
+from tests.hostile_payloads import (
+    AIMING_EDITS,
+    PAYLOADS,
+    Aiming,
+    Payload,
+    embedded_in_surgery,
+    rendered,
+    train_and_tidy,
+)
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -342,7 +342,8 @@ def _reached(error: BaseException, limit: int = 40) -> tuple[str, ...]:
 def _refused_by_sandbox(error: BaseException) -> bool:
     """Whether `error` itself (not its chain) is the seccomp filter's refusal."""
     try:
-        return getattr(error, "errno", None) == sandbox.SANDBOX_ERRNO or os.strerror(sandbox.SANDBOX_ERRNO) in str(error)
+        marker = os.strerror(sandbox.SANDBOX_ERRNO)
+        return getattr(error, "errno", None) == sandbox.SANDBOX_ERRNO or marker in str(error)
     except Exception:  # noqa: BLE001 - an error whose message cannot be made is not known to be the sandbox's
         return False
 

@@ -293,7 +293,12 @@ def _run_by_changed_headers(
 
 
 def _aimed(
-    function: ast.AST, repair: list[ast.stmt], context: Context, first_lineno: int, what: str, skip: set[int] | None = None
+    function: ast.AST,
+    repair: list[ast.stmt],
+    context: Context,
+    first_lineno: int,
+    what: str,
+    skip: set[int] | None = None,
 ) -> tuple[str, ...]:
     """Why the repair needs a person: the program's own statements reaching the system that the names
     it binds flow into (`daifu.decide.allowlist_flow`), in file lines; the lines in `skip` are said already."""

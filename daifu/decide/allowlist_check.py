@@ -368,7 +368,8 @@ class Checker:
         if isinstance(receiver, ast.Name) and not self._own(receiver.id) and receiver.id in self.context.values:
             known, reason = self.context.look_up(receiver.id, list(reversed(chain)))
             if reason is not None:
-                self.refuse(node, f"hands on `{text_of(node)}` as a value, and a callable handed on is called: {reason}")
+                self.refuse(node, f"hands on `{text_of(node)}` as a value, and a callable handed on is called: "
+                                  f"{reason}")
                 return
             if known:
                 return

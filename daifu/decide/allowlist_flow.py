@@ -146,7 +146,9 @@ def _binds(node: ast.AST, pure_methods: frozenset[str]) -> set[str]:
         return {node.name}
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return {(a.asname or a.name).split(".")[0] for a in node.names}
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _may_change(node.func.attr, pure_methods):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if not _may_change(node.func.attr, pure_methods):
+            return set()
         root = _root(node.func.value)
         return {root} if root else set()
     return set()

@@ -251,7 +251,8 @@ def _aiming_arguments(
     """The arguments of a call of the program's `function` bound to a parameter that aims what it reaches
     (all of them when that cannot be told), and the receiver when `self` aims it."""
     every = (*([receiver] if receiver is not None else []), *_all_targets(node))
-    if aiming is None or any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+    unpacked = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+    if aiming is None or unpacked:
         return every
     positional = list(_parameters(function)[: function.__code__.co_argcount])
     found: list[ast.expr] = []
