@@ -285,3 +285,17 @@ def test_building_a_context_imports_nothing_into_the_program(tmp_path: Path) -> 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_callable_handed_on_is_judged_as_a_call_but_a_librarys_class_is_a_type() -> None:
+    import collections
+    import os
+    import shutil
+
+    values = {"OrderedDict": collections.OrderedDict, "remove": os.remove, "rmtree": shutil.rmtree, "h": {},
+              "xs": [1], "program_helper": calling_each}
+    context = build_context("def f(h):\n    return h\n", values, __name__)
+    assert check_safety("ok = isinstance(h, OrderedDict)\nn = sorted(xs, key=program_helper)", context).ok
+    for code in ("f = remove", "sorted(xs, key=remove)", "list(map(rmtree, xs))", "d = {'k': rmtree}"):
+        verdict = check_safety(code, context)
+        assert "a callable handed on is called" in str(verdict) and "reaches the system" in str(verdict), code

@@ -8,7 +8,9 @@
 - the program's own functions and classes: defined in its module, or in a file that is no library's;
 - layers (`torch.nn.Module` subclasses, their instances, their methods);
 - any other library callable the vaccinated function already calls (`Judge.called`), resolved to the
-  same object: doing again what the program does is not a new kind of reach.
+  same object: doing again what the program does is not a new kind of reach;
+- a library's class, as a value (`isinstance(batch, BatchEncoding)`): whether it may be called is
+  the call's question (`Context.callables`), not the value's.
 
 Refused, whatever else holds: anything defined in one of `SYSTEM_MODULES` (`os.remove` under any name,
 a `pathlib.Path` method, `logging`), a module itself, and any object whose kind cannot be told.
@@ -215,6 +217,8 @@ def _class_refusal(klass: type, judge: Judge, instance: bool = False) -> str | N
         return f"the builtin `{name}` is not on the allowlist"
     if _is_layer_class(klass):
         return None
+    if not instance and not in_system_module(owner):
+        return None  # a library's class as a value (`isinstance`); calling it is judged as a call, elsewhere
     module = sys.modules.get(owner)
     return _defined_refusal(klass, owner, _module_file(module), judge, what="an object of " if instance else "")
 
