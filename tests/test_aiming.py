@@ -220,3 +220,21 @@ def test_whether_a_file_is_written_is_no_aim_but_whether_one_is_deleted_is(reade
     `cleanup` deciding whether it removes a folder is (`cleanup_flag_action`)."""
     crash, _ = reader_crash
     assert check_safety("best = 10", context_for(crash)).ok
+
+
+def train_printing(model, x, y, losses):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    print("Loss: {:.6f}".format(loss.item()))
+    losses.remove(0.0) if 0.0 in losses else None
+    losses.append(loss.item())
+    return losses
+
+
+def test_the_programs_own_formatting_and_lists_are_no_effects(tmp_path: Path) -> None:
+    """DLFailureBenchmark's ext_siamese: `'...'.format(loss)` in the program once counted as a system
+    call (`format` is refused in a repair's code), so a fix of `loss` needed a person."""
+    crash = crash_from(train_printing, torch.nn.Linear(4, 3), torch.randn(2, 4), torch.tensor([0.0, 1.0]), [0.0])
+    frame = next(f for f, _ in traceback.walk_tb(crash.exception.__traceback__) if f.f_code is train_printing.__code__)
+    crash = dataclasses.replace(crash, frame=frame)
+    fixed = crash.source.replace("model(x), y)", "model(x), y.long())")
+    assert check_surgery_safety(fixed, context_for(crash)).ok

@@ -270,7 +270,7 @@ def _run_by_changed_headers(
     """The program's statements reaching the system in the unchanged bodies of compound statements whose
     header changed, by their line: whether and how often they run is the change's doing (`if True:` over
     the program's `rmtree`), so they need a person."""
-    reach = Reach(context.values, context.module, context.modules, context.containers)
+    reach = Reach(context.values, context.module, context.modules)
     inside = {id(node) for statement in changed for node in ast.walk(statement)}
     found: dict[int, str] = {}
     for statement, header_changed in changes:
@@ -302,7 +302,7 @@ def _aimed(
 ) -> tuple[str, ...]:
     """Why the repair needs a person: the program's own statements reaching the system that the names
     it binds flow into (`daifu.decide.allowlist_flow`), in file lines; the lines in `skip` are said already."""
-    reach = Reach(context.values, context.module, context.modules, context.containers)
+    reach = Reach(context.values, context.module, context.modules)
     own_data = _pointed_within_own_folder(repair, context)
     reasons = []
     for aimed in aimed_effects(function, repair, reach.call, context.methods, frozenset(context.modules)):

@@ -118,7 +118,10 @@ def _is_system(value: Any, depth: int) -> bool:
     if kind is types.BuiltinFunctionType:
         owner = value.__self__
         if owner is None or isinstance(owner, types.ModuleType):
-            return in_system_module(_text(value.__module__))
+            module = _text(value.__module__)
+            if module == "builtins":  # `open`, `exec`, `getattr` are; `len`, `print`, `sorted` are not
+                return _text(value.__name__) not in BUILTINS
+            return in_system_module(module)
         return _is_system_class(type(owner))
     if kind in _UNBOUND_C_METHODS:
         return _is_system_class(value.__objclass__)
@@ -135,7 +138,9 @@ def _is_system(value: Any, depth: int) -> bool:
 
 
 def _is_system_class(klass: type) -> bool:
-    return in_system_module(_text(_SLOT_MODULE.__get__(klass, type)))
+    """Whether a system module defines `klass`; the builtin types (`list`, `dict`, `str`) are values."""
+    owner = _text(_SLOT_MODULE.__get__(klass, type))
+    return owner != "builtins" and in_system_module(owner)
 
 
 def program_function(value: Any, module: str) -> types.FunctionType | None:

@@ -507,7 +507,7 @@ class Checker:
         if function is None:
             return
         if self._reach is None:
-            self._reach = Reach(self.context.values, self.context.module, self.context.modules, self.context.containers)
+            self._reach = Reach(self.context.values, self.context.module, self.context.modules)
         found = self._reach.function(function).found
         if found is not None:
             self.refuse(node, f"calls `{text}`, the program's own function, which reaches files, processes or the "

@@ -13,9 +13,10 @@ it and without running any of it, is:
   `np.load`, `open`; `allowlist_system.FILE_FUNCTIONS`), but the path functions that only compute
   (`os.path.join`, `pathlib.Path(...)`);
 - a builtin that runs or loads code or reads input (`exec`, `eval`, `__import__`, `input`);
-- a method named as one of the system's (`.unlink()`, `.write_text()`, `.touch()`) or as a library's
-  writer (`.save_pretrained(path)`, `.to_csv(path)`) or logger (`.add_scalar()`, `.log()`), unless on a
-  name known to hold a list, dict or set and the name is a container's method;
+- a method of a value the frame holds, by what its class defines there (a `Path`'s `.unlink()`; not a
+  list's `.remove()`, a tensor's `.copy_()`); on any other receiver, a method named as one of the
+  system's (`.unlink()`, `.write_text()`, `.touch()`) or as a library's writer (`.save_pretrained(path)`,
+  `.to_csv(path)`) or logger (`.add_scalar()`, `.log()`);
 - a function or method of the program whose own source, followed `DEPTH` calls deep, reaches it
   (what cannot be read or followed that far counts as reaching it).
 
@@ -54,13 +55,14 @@ from daifu.decide.allowlist_system import (
     FILE_FUNCTIONS,
     FILE_READERS,
     HARMLESS,
+    INTROSPECTION,
     LOG_METHODS,
     PATH_METHODS,
     READ_METHODS,
     in_system_module,
     system_attributes,
 )
-from daifu.decide.allowlist_tables import CONTAINER_METHODS, MODULE_ALIASES
+from daifu.decide.allowlist_tables import MODULE_ALIASES
 
 DEPTH = 3
 """How many calls into the program's own functions are followed from a repair's call."""
@@ -92,7 +94,7 @@ class Reach:
     """Judges the calls of code that runs with `namespace` (its globals, then its locals) as its names.
 
     modules: the names that code binds to modules, beside those `namespace` holds (`import os` inside
-    a function). containers: names known to hold a list, dict or set.
+    a function).
     """
 
     def __init__(
@@ -100,14 +102,12 @@ class Reach:
         namespace: Mapping[str, Any],
         module: str,
         modules: Mapping[str, str] | None = None,
-        containers: frozenset[str] = frozenset(),
         depth: int = DEPTH,
         seen: dict[int, Summary] | None = None,
     ) -> None:
         self.namespace = namespace
         self.module = module
         self.modules = dict(modules or {})
-        self.containers = containers
         self.depth = depth
         self.seen: dict[int, Summary] = {} if seen is None else seen
 
@@ -143,7 +143,7 @@ class Reach:
         except Exception:  # noqa: BLE001 - a function whose source cannot be read cannot be cleared
             return Summary(f"the source of `{function.__qualname__}`, which cannot be read")
         modules = _imports(tree)
-        inner = Reach(function.__globals__, str(function.__module__), modules, frozenset(), self.depth - 1, self.seen)
+        inner = Reach(function.__globals__, str(function.__module__), modules, self.depth - 1, self.seen)
         filename = os.path.basename(function.__code__.co_filename)
         found, severe = None, False
         for node in ast.walk(tree):
@@ -205,19 +205,19 @@ class Reach:
 
     def _method_effect(self, node: ast.Call, func: ast.Attribute, text: str) -> Effect | None:
         name, receiver = func.attr, func.value
-        if name in CONTAINER_METHODS and isinstance(receiver, ast.Name) and receiver.id in self.containers:
-            return None
+        if isinstance(receiver, ast.Constant):
+            return None  # `'loss {}'.format(loss)`: a literal's method
+        held = self.namespace.get(receiver.id, MISSING) if isinstance(receiver, ast.Name) else MISSING
+        if held is not MISSING and not is_system(type(held)):
+            return self._value_effect(node, static_attribute(held, name), text, receiver)  # its class says
         if name in LOG_METHODS or name in CONTENT_METHODS:
             return Effect(text, (receiver,))
         if name in READ_METHODS:
             return Effect(text, (receiver,), reads=True)
         if name in PATH_METHODS:
             return Effect(text, (receiver, *node.args[:1], *(k.value for k in node.keywords if k.arg in _PATHS)))
-        if name in system_attributes():
+        if name in system_attributes() and name not in INTROSPECTION:
             return Effect(text, (receiver, *_all_targets(node)), severe=True)
-        if isinstance(receiver, ast.Name) and receiver.id in self.namespace:
-            value = static_attribute(self.namespace[receiver.id], name)
-            return self._value_effect(node, value, text, receiver)
         return None
 
     def _value_effect(self, node: ast.Call, value: Any, text: str, receiver: ast.expr | None = None) -> Effect | None:

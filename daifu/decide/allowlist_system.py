@@ -84,10 +84,14 @@ def system_attributes() -> frozenset[str]:
         zipfile.ZipFile, tarfile.TarFile,
     ]
     found = {name for surface in surfaces for name in _public_callables(surface)}
-    found |= {"getattr", "setattr", "delattr", "globals", "locals", "vars", "open", "exec", "eval", "compile",
-              "breakpoint", "input", "tofile", "dump", "dumps", "save", "load", "loads", "send", "system", "format",
-              "format_map"}
-    return frozenset(found - HARMLESS)
+    found |= {"open", "exec", "eval", "compile", "breakpoint", "input", "tofile", "dump", "dumps", "save", "load",
+              "loads", "send", "system"}
+    return frozenset((found | INTROSPECTION) - HARMLESS)
+
+
+INTROSPECTION = frozenset({"getattr", "setattr", "delattr", "globals", "locals", "vars", "format", "format_map"})
+"""Names of what reads or changes attributes and namespaces by name (`'{0.__globals__}'.format(f)`): no
+effect by themselves, refused in a repair's code as the way to one."""
 
 
 def _public_callables(surface: object) -> set[str]:
