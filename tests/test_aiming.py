@@ -224,7 +224,7 @@ def test_whether_a_file_is_written_is_no_aim_but_whether_one_is_deleted_is(reade
 
 def train_printing(model, x, y, losses):
     loss = torch.nn.functional.cross_entropy(model(x), y)
-    print("Loss: {:.6f}".format(loss.item()))
+    print("Loss: {:.6f}".format(loss.item()))  # noqa: UP032 - the program's own style, what the test is about
     losses.remove(0.0) if 0.0 in losses else None
     losses.append(loss.item())
     return losses
