@@ -45,7 +45,7 @@ _ALLOWED = (
     "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time", "times",
     "getrusage", "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getgroups",
     "getresuid", "getresgid", "getpgrp", "getpgid", "getsid", "capget", "uname", "sysinfo", "getcpu",
-    "getrandom", "getrlimit",
+    "getrandom", "getrlimit", "getpriority", "sched_getattr",
     # signals to itself (tgkill below, to its own threads only)
     "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigtimedwait", "rt_sigsuspend",
     "sigaltstack", "pause", "alarm", "getitimer", "setitimer", "timer_create", "timer_settime",
