@@ -192,7 +192,8 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork in a multi-threaded process
         pid = os.fork()
     if pid == 0:
-        _child(read_end, write_end, capture.fileno(), body, _Child(before, view, started, need, room))  # never returns
+        state = _Child(before, view, started, need, room)
+        _child(read_end, write_end, capture.fileno(), body, state)  # never returns
     forked = time.perf_counter()
     os.close(write_end)
     try:
@@ -247,6 +248,8 @@ def _wait(pid: int, pipe: int, capture: Any, started: float, fork_ms: float, bud
         return Verdict(Outcome.TIMED_OUT, elapsed, fork_ms, detail=f"no verdict within {budget:g} s", output=output,
                        peak_bytes=peak)
     how = f"signal {-os.waitstatus_to_exitcode(status)}" if os.WIFSIGNALED(status) else f"status {os.waitstatus_to_exitcode(status)}"
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:  # not by us: the verdict pipe had closed
+        how += " (SIGKILL: most likely the kernel's OOM killer, whose first choice the trial is)"
     return Verdict(Outcome.FAILED, elapsed, fork_ms, detail=f"the trial process ended with {how}", output=output)
 
 
