@@ -15,7 +15,8 @@ run before applying it. Printed side by side, medians over the repeats:
   the verdict back through the pipe, the copy's exit;
 - peak: the memory the copy took beyond what it shared with the live run (`Verdict.peak_bytes`);
   a step rewrites every parameter and makes every gradient, so about twice the model;
-- estimate: what DaiFu estimated before forking (`daifu.core.trial_memory.estimate`).
+- estimate: what DaiFu estimated before forking (`daifu.core.trial_memory.estimate`), plus the
+  shared memory the copy copies when there is room for it (`daifu.core.isolate`).
 
 `--shared` calls `model.share_memory()` first (Hogwild-style): the copy then copies the model out of
 shared memory before it runs, and its time shows what that costs.
@@ -33,7 +34,7 @@ import torch
 from torch import nn
 
 import daifu
-from daifu.core import health, trial_memory
+from daifu.core import health, isolate, trial_memory
 
 SIZES = {"10MB": 10 * 2**20, "100MB": 100 * 2**20, "1GB": 2**30, "4GB": 4 * 2**30}
 
@@ -69,7 +70,8 @@ def measure(size: str, repeats: int, shared: bool) -> dict[str, float]:
     def policy(crash: daifu.Crash) -> daifu.Decision:
         decision = daifu.Action("y = y[:, : x.shape[1]]")
         watched = dict(crash.locals)
-        estimates.append(trial_memory.estimate(health.inventory(watched), watched).total)
+        shared = sum(region.size for region in isolate.shared_writable() if region.copyable)
+        estimates.append(trial_memory.estimate(health.inventory(watched), watched).total + shared)
         started = time.perf_counter()
         verdicts.append(crash.trial(decision, 600.0))
         walls.append(time.perf_counter() - started)

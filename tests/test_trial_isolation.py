@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import daifu
+from daifu.config import ConfigError
 from daifu.core import trial
 from daifu.core.trial import Outcome
 
@@ -281,3 +282,31 @@ def test_a_trial_of_a_one_gigabyte_model_reports_its_peak_and_is_refused_when_it
     with pytest.raises(RuntimeError):
         train(model, optimizer, torch.randn(2, 16385))
     assert found[0][0].outcome is Outcome.UNAVAILABLE and "memory" in found[0][0].detail, found[0][0]
+
+
+def test_the_estimate_counts_each_tensor_once_and_leaves_shared_memory_out() -> None:
+    from daifu.core import health, trial_memory
+
+    model = nn.Linear(256, 256)  # 65,792 parameters: 263,168 bytes
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 256)).sum().backward()
+    optimizer.step()  # its state: two tensors the size of each parameter, and a step count
+    watched = {"model": model, "optimizer": optimizer, "weight": model.weight, "parts": [model.bias]}
+    found = trial_memory.estimate(health.inventory(watched), watched)
+    params = 65_792 * 4
+    steps = sum(state["step"].untyped_storage().nbytes() for state in optimizer.state.values())
+    assert (found.rewritten, found.created) == (params * 4 + steps, 0)  # weights, gradients, two moments
+    fresh = nn.Linear(256, 256)
+    fresh.share_memory()
+    shared = trial_memory.estimate(health.inventory({"fresh": fresh}), {"fresh": fresh})
+    assert (shared.rewritten, shared.created) == (0, params)  # copied before the trial, not rewritten in place
+    assert shared.total == params + shared.margin
+
+
+def test_the_trial_memory_setting_takes_sizes_with_units() -> None:
+    assert daifu.configure(trial_memory="1.5GB").trial_memory == 1_500_000_000
+    assert daifu.configure(trial_memory="512MiB").trial_memory == 512 * 2**20
+    assert daifu.configure(trial_memory=4096).trial_memory == 4096
+    for wrong in ("lots", "-1GB", "0"):
+        with pytest.raises(ConfigError, match="trial_memory"):
+            daifu.configure(trial_memory=wrong)
