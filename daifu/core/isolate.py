@@ -14,11 +14,12 @@
   re-opens each regular file and folder (through `/proc/self/fd/N`, same access mode and status
   flags, same offset) and puts the private description at the same number; every other inherited
   descriptor (pipes, sockets, terminals, event and timer descriptors) is *sealed*: its number now
-  holds `/dev/null`, and the sandbox refuses reading or writing it, so a `DataLoader`'s queue or
+  holds `/dev/null`, and the sandbox refuses reading, writing or closing it, so a `DataLoader`'s queue or
   a process group's socket cannot be read from (a message taken from the live run) or written to.
 
 Everything here runs in the copy, right after `fork`, before any of the trial's code, with one
-thread.
+thread and the garbage collector off: a collection could free a tensor whose shared mapping is being
+copied (the mapping would vanish under the copy), or close a descriptor being sealed.
 """
 
 from __future__ import annotations

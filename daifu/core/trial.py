@@ -24,6 +24,7 @@ a trial.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -323,8 +324,14 @@ def _detach(state: _Child) -> None:
     the copies made.
     """
     isolation = state.isolation
-    isolate.detach_descriptors((0, 1, 2), isolation)
-    isolate.detach_memory(state.room.bytes - state.need.total, isolation)
+    collecting = gc.isenabled()
+    gc.disable()  # no tensor freed, no descriptor closed under the copy's feet (`daifu.core.isolate`)
+    try:
+        isolate.detach_descriptors((0, 1, 2), isolation)
+        isolate.detach_memory(state.room.bytes - state.need.total, isolation)
+    finally:
+        if collecting:
+            gc.enable()
     isolate.stop_on_write(isolation.read_only, lambda effect: _send(Outcome.STOPPED_AT_EFFECT, detail=effect))
     copied = sum(region.size for region in isolation.copied)
     state.limits = trial_memory.limit(state.room.bytes - state.need.rewritten - copied)
