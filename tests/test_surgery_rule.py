@@ -146,6 +146,30 @@ def test_a_name_nothing_defines_is_named() -> None:
     ]
 
 
+GUARDED = ("def step(batch, log):\n    total = 0\n    for item in batch:\n        if LOGGING:\n"
+           "            service.log(item)\n        total += item\n    log.append(total)\n")
+"""A function that reads `service` only on a branch not taken: nothing defines it unless logging is on."""
+
+
+@pytest.mark.parametrize("changed", [
+    "total += abs(item)",  # another line: the change does not touch the name
+    "total += item if service is None else 0",  # a new read of it: the old code read it as well
+])
+def test_a_name_the_crashed_version_already_read_is_not_the_surgerys_to_define(changed: str) -> None:
+    # Python's business, as in the plain program: a NameError if the branch that reads it runs.
+    new = GUARDED.replace("total += item", changed)
+    assert refusals(GUARDED, 1, "t.py", new, 6, ("LOGGING",)) == []
+    assert "'scale'" in refusals(GUARDED, 1, "t.py", new.replace("total += ", "total += scale + "), 6, ("LOGGING",))[0]
+
+
+def test_a_name_that_was_a_local_is_a_new_read_when_the_surgery_unbinds_it() -> None:
+    old = "def f(xs):\n    scale = 2\n    for x in xs:\n        g(x * scale)\n"
+    assert refusals(old, 1, "t.py", old.replace("scale = 2", "pass"), 4, ("g",)) == [
+        "the new source reads 'scale', which nothing defines (not assigned in the new function, not a "
+        "parameter, a module global or a builtin)"
+    ]
+
+
 @pytest.mark.parametrize("body", [
     "total += sum(x * scale for x in [item])",
     "total += (lambda: item * scale)()",

@@ -4,8 +4,10 @@ The rule (used by the runtime, the console and the repair bot's client alike):
 
 A surgery is the whole new `def` of the vaccinated function. It is accepted when it parses,
 defines one plain function (not a generator or coroutine: no `yield`, no `await`) with the same
-name, parameters and default values, compiles, every name it reads is defined (assigned in the
-new function, a parameter, a closure variable, a module global or a builtin), and the run can
+name, parameters and default values, compiles, every name it newly reads from outside is defined
+(assigned in the new function, a parameter, a closure variable, a module global or a builtin: a
+name the crashed version already read from outside, on a branch the run did not take, is Python's
+business, as it was before the surgery: a `NameError` if that branch runs), and the run can
 resume in it: each compound statement the program is running inside (the enclosing loops,
 `with`, `try`, `if`, `match`) is still there with the same header — its body may change — and the
 block that crashed may be wrapped in a new `try` (the run resumes inside it). The run resumes at
@@ -66,7 +68,7 @@ def plan_surgery(old: Version, new: Version, path: Path, known: Collection[str])
     """
     check_same_signature(old.fdef, new.fdef)
     new_path, same, finals = resume_path(old, new, path)
-    unknown = sorted(unknown_names(new.module_reads(), known))
+    unknown = sorted(unknown_names(new.module_reads() - old.module_reads(), known))
     if unknown:
         names = ", ".join(repr(n) for n in unknown)
         raise SurgeryRefused(
@@ -143,9 +145,11 @@ def unknown_names(reads: set[str], names: Collection[str]) -> set[str]:
     """Of the names a new version reads from its module (`Version.module_reads`: the names it reads
     and never assigns, as the compiler scopes them), those neither in `names` nor builtins.
 
-    Judged on the new code alone: a local the new function no longer assigns is unknown even if
-    the crashed frame still holds a stale value of that name. Its decorators and default values
-    are not its code's (they were evaluated when the function was defined), nor are annotations.
+    Judged on the new code's scopes: a local the new function no longer assigns is read from the
+    module now, and unknown even if the crashed frame still holds a stale value of that name. Its
+    decorators and default values are not its code's (they were evaluated when the function was
+    defined), nor are annotations. `plan_surgery` passes only the reads the crashed version did not
+    make: what the change introduces.
     """
     return reads - set(names) - set(dir(builtins)) - {"__class__"}
 
