@@ -1,7 +1,8 @@
 """A seeded generator of small structured functions, for differential tests of the runtime.
 
 Each generated function mixes nested `for`/`while` loops, `if`/`else`, `with`, `try` whose
-handlers catch the function's own raises (with `else` and `finally`), `break`/`continue`/`return`
+handlers catch the function's own raises (`except ValueError as errN`, reading `errN` first and
+last, so a resume inside the handler needs it; with `else` and `finally`), `break`/`continue`/`return`
 (also inside `try` bodies, so a `finally` clause runs with a pending `return`, `break` or
 `continue`), arithmetic on locals, and appends to a trace list. Nested scopes read the locals
 while they are rebound: lambdas and inner functions kept and called later, list comprehensions
@@ -154,8 +155,9 @@ class ProgramGenerator:
                 ["try:"]
                 + nested(in_loop)
                 + [f"    if a % 5 == {n % 5}:", f"        raise ValueError({n})"]
-                + ["except ValueError as err:", f"    trace.append(('caught', {n}, err.args))"]
+                + [f"except ValueError as err{n}:", f"    trace.append(('caught', {n}, err{n}.args))"]
                 + nested(in_loop)
+                + [f"    trace.append(('handled', {n}, err{n}.args))"]  # read after a resume in the handler
                 + ["else:", f"    trace.append(('else', {n}))"]
                 + ["finally:"]
                 + ["    " + line for line in self._append()]

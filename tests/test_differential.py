@@ -1,6 +1,8 @@
 """Generated functions, run plain and vaccinated, with and without an injected fault.
 
-For every generated program (`tests/programgen.py`) and every argument pair:
+For every generated program (`tests/programgen.py`), under both scope models (`@daifu.transform`,
+ordinary locals; `daifu.transform(globals())`, the prototype's: the variables are module globals,
+`daifu.core.seedscope`), and every argument pair:
 
 - no fault: vaccinated ≡ plain (result, trace, closures' values, the decorators' calls);
 - a fault raised once at a random trace statement (inside a `finally` clause too), answered by
@@ -59,15 +61,25 @@ def run(fn: Any, a: int, b: int, injector: Injector) -> Any:
     return outcome, list(programgen.CALLS)
 
 
-def check(seed: int, decide: Callable[..., list[daifu.Crash]]) -> None:
+def vaccinate(fn: Any, scope: str) -> Any:
+    """`fn` vaccinated under the scope model `scope`: "local" or "module" (its module's globals)."""
+    if scope == "local":
+        return daifu.transform(fn)
+    return daifu.transform(inspect.unwrap(fn).__globals__)(fn)
+
+
+SCOPES = ("local", "module")
+
+
+def check(seed: int, decide: Callable[..., list[daifu.Crash]], scope: str) -> None:
     generator = ProgramGenerator(seed)
     plain = load(generator.source(), f"plain_{seed}")
-    vaccinated = daifu.transform(load(generator.source(), f"vacc_{seed}"))
+    vaccinated = vaccinate(load(generator.source(), f"vacc_{scope}_{seed}"), scope)
     for a, b in ARGUMENTS:
-        assert run(vaccinated, a, b, Injector(None)) == run(plain, a, b, Injector(None)), (seed, a, b)
+        assert run(vaccinated, a, b, Injector(None)) == run(plain, a, b, Injector(None)), (seed, a, b, scope)
 
     target = random.Random(seed).choice(generator.appends)
-    faulty = daifu.transform(load(generator.source("fault", target), f"fault_{seed}"))
+    faulty = vaccinate(load(generator.source("fault", target), f"fault_{scope}_{seed}"), scope)
     vaccine = inspect.unwrap(faulty).__daifu__
     if seed % 2:  # resume through a continuation compiled for the site, as a surgery's new version does
         vaccine.current.anywhere = None
@@ -77,13 +89,14 @@ def check(seed: int, decide: Callable[..., list[daifu.Crash]]) -> None:
         expected = run(plain, a, b, Injector(None))
         for name, decision in DECISIONS.items():
             crashes = decide(decision())
-            assert run(faulty, a, b, Injector(target)) == expected, (seed, a, b, name)
-            assert len(crashes) <= 1, (seed, a, b, name)
+            assert run(faulty, a, b, Injector(target)) == expected, (seed, a, b, name, scope)
+            assert len(crashes) <= 1, (seed, a, b, name, scope)
         decide(daifu.Skip())
-        assert run(faulty, a, b, Injector(target)) == run(skipping, a, b, Injector(target)), (seed, a, b, "skip")
+        assert run(faulty, a, b, Injector(target)) == run(skipping, a, b, Injector(target)), (seed, a, b, "skip", scope)
 
 
+@pytest.mark.parametrize("scope", SCOPES)
 @pytest.mark.parametrize("first", range(0, PROGRAMS, CHUNK))
-def test_vaccinated_matches_plain(first: int, decide: Callable[..., list[daifu.Crash]]) -> None:
+def test_vaccinated_matches_plain(first: int, scope: str, decide: Callable[..., list[daifu.Crash]]) -> None:
     for seed in range(first, min(first + CHUNK, PROGRAMS)):
-        check(seed, decide)
+        check(seed, decide, scope)

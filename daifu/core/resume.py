@@ -481,7 +481,7 @@ class Vaccine:
         self._remember(version, here.path, site, namespace, crash)
         if flavour is Flavour.WATCHED:
             self.helpers.watching = crash.watch
-        return Handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
+        return self._handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
 
     def _run_action(self, code: str, version: Version, namespace: dict[str, Any], live: _Live) -> Undo:
         """Run an action; the module globals it bound, with their old values. `RepairRefused` if it fails.
@@ -680,7 +680,12 @@ class Vaccine:
             raise RuntimeError(
                 f"DaiFu could not continue {self.qualname} after the repaired iteration: {error!r}"
             ) from None
-        raise Handover(self._resuming(code, version, namespace, closure, resume_point), namespace)
+        raise self._handover(self._resuming(code, version, namespace, closure, resume_point), namespace)
+
+    def _handover(self, continuation: Any, namespace: dict[str, Any]) -> Handover:
+        """The hand-over to `continuation` with `namespace`; under the prototype's scope model it binds
+        again the module globals the unwinding unbound (`SeedScope.rebind`)."""
+        return Handover(continuation, namespace, rebind=self.seed.rebind if self.seed is not None else None)
 
     def _resuming(self, code: CodeType, version: Version, namespace: dict[str, Any], cells: dict[str, CellType],
                   resume_point: tuple[int] | None) -> Any:
