@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of
+from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of, with_depth
 from daifu.core.compiling import future_flags, make_function, qualified, register_source
 from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.helpers import Helpers
@@ -443,6 +443,8 @@ class Vaccine:
                     bound.append(self._run_action(step.code, here.version, namespace, live))
                 elif not isinstance(step, (Retry, Patch)):
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
+            if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
+                mode = self._leaving(site, here, mode, namespace)
             if flavour is Flavour.PLAIN and crash.watch is not None:
                 flavour = Flavour.WATCHED
             for plan in plans:  # the snapshot as the continuation receives it (a copy: a refusal loses it)
@@ -499,6 +501,21 @@ class Vaccine:
             return run_action(code, namespace, local_names, globals_, self.flags)
         except ActionFailed as failure:
             raise RepairRefused(str(failure)) from None
+
+    @staticmethod
+    def _leaving(site: Site, here: Site, mode: Mode, namespace: dict[str, Any]) -> Mode:
+        """The mode of a run that a surgery resumes at `here`, above `with` statements in which it
+        crashed (`site`): it exits them first (`Mode.ABOVE`, `Rewriter._leaving`), and the
+        managers of deeper `with` statements, which are not open, are set to `None` for that.
+        `RepairRefused` when a later step would resume it otherwise (a skip): they would never exit."""
+        if mode is not Mode.AT:
+            raise RepairRefused("a skip cannot follow a surgery whose run resumes above the `with` statement "
+                                "it crashed in: that statement would never be exited")
+        open_below = with_depth(site.version.fdef, site.path)
+        for name in here.version.scope.plain_locals:
+            if name.startswith(("@cm", "@ex")) and name[3:].isdigit() and int(name[3:]) >= open_below:
+                namespace[name] = None
+        return Mode.ABOVE
 
     def _retry_mode(self, site: Site, namespace: dict[str, Any]) -> Mode:
         node = site.node
