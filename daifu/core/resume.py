@@ -589,7 +589,7 @@ class Vaccine:
         except CannotResume as refusal:
             return str(refusal)
         except SyntaxError as error:
-            return f"the action does not parse: line {error.lineno}: {error.msg}"
+            return f"the action does not parse: line {error.lineno} of the action: {error.msg}"
         return None
 
     def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None) -> Verdict:
