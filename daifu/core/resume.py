@@ -563,20 +563,25 @@ class Vaccine:
 
         The steps of several plays are checked in order, each surgery against the previous one's version.
         """
-        from daifu.core.decisions import Action, Patch, Plays, SkipIteration, Surgery
+        from daifu.core.decisions import Action, Patch, Plays, Skip, SkipIteration, Surgery
 
-        here, planned = site, 0
+        here, planned, mode = site, 0, Mode.AT
         try:
             for step in decision.steps if isinstance(decision, Plays) else (decision,):
                 if isinstance(step, Surgery):
                     plan = self._plan(step.source, here, len(self.versions) + planned)
                     _compiles(plan.version)  # all of it: a dry run compiles no continuation
-                    here, planned = Site(plan.version, plan.path, site.header), planned + 1
+                    here, planned, mode = Site(plan.version, plan.path, site.header), planned + 1, Mode.AT
                     here.version.rewriter.continuation(here.version.fdef, here.path, Mode.AT)
                 elif isinstance(step, Action):
                     compile(step.code, "<daifu action>", "exec", dont_inherit=True)
                 elif isinstance(step, SkipIteration):
                     here.version.rewriter.continuation(here.version.fdef, here.path, Mode.NEXT_ITERATION)
+                    mode = Mode.NEXT_ITERATION
+                elif isinstance(step, Skip):
+                    mode = Mode.AFTER
+            if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
+                self._leaving(site, here, mode, {})
             if isinstance(decision, Patch):
                 from daifu.core.patch import PatchRefused, check_patch
 
