@@ -33,11 +33,14 @@ from repairbot.protocol import (
     Variable,
     fingerprint,
 )
-from daifu.core.bounded import describe
+from daifu.core.bounded import budget, describe
 from daifu.report.redact import redact, scrub, secret_environment, secret_values
 from daifu.report.summary import Summary, summarize_namespace, truncate
 
 MAX_REPORT_BYTES = 256 * 1024
+DESCRIBE_SECONDS = 5.0
+"""The time all the user code a report runs (`repr`, `str`, `len` of live values) may take together:
+past it, the values not yet described are `<repr timed out>`, so a crash is never held for longer."""
 _MAX_CAUSES = 5
 _MAX_MESSAGE = 4000
 _MAX_CALLEE_SOURCE = 8000
@@ -61,13 +64,17 @@ def build_report(crash: Crash) -> CrashReport:
     """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON, with no secret the crash holds.
 
     The live values are summarised once (a user's `__repr__` may be slow) and shared by the
-    report's variables and its first frame.
+    report's variables and its first frame; all the user code that describing them runs gets
+    `DESCRIBE_SECONDS` together, each call abandoned at its own deadline (`daifu.core.bounded`).
     """
-    summaries = _variables(summarize_namespace(crash.locals))
+    with budget(DESCRIBE_SECONDS):
+        summaries = _variables(summarize_namespace(crash.locals))
+        exception = _exception_info(crash.exception)
+        frames = _frames(crash, summaries)
     report = CrashReport(
-        exception=_exception_info(crash.exception),
+        exception=exception,
         function=_shown(function_info(crash)),
-        frames=_frames(crash, summaries),
+        frames=frames,
         variables=summaries,
         environment=environment(),
         tried=[Attempt(decision=truncate(redact(d), 2000), outcome=truncate(redact(o), 500)) for d, o in crash.tried],

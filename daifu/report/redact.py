@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import math
 import os
 import re
@@ -274,11 +275,13 @@ def secret_values(namespaces: Iterable[Mapping[str, Any]], sources: Iterable[str
 
 
 def _secret_strings(name: Any, value: Any, depth: int) -> set[str]:
-    if isinstance(value, str):
-        return {value} if isinstance(name, str) and is_secret_key(name) else set()
-    if isinstance(value, dict) and depth > 0:
+    """The secret strings under `name`. Types are read with `type()`, dicts with `dict.items`: neither runs
+    the value's own code (`isinstance` would read a `__class__` property, which may block)."""
+    if issubclass(type(value), str):
+        return {str.__str__(value)} if issubclass(type(name), str) and is_secret_key(str.__str__(name)) else set()
+    if issubclass(type(value), dict) and depth > 0:
         found: set[str] = set()
-        for key, item in list(value.items())[:200]:
+        for key, item in itertools.islice(dict.items(value), 200):
             found |= _secret_strings(key, item, depth - 1)
         return found
     return set()

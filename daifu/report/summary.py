@@ -23,11 +23,16 @@ from pathlib import PurePath
 from typing import Any
 from collections.abc import Mapping
 
-from daifu.core.bounded import describe
+from daifu.core.bounded import TimedOut, bounded, describe
 from daifu.report.redact import is_secret_key, looks_like_environment, redact
 
 MAX_TEXT = 300
 """Characters in one summary's text."""
+SECONDS = 1.0
+"""How long summarising one value may take: it may run the value's own code (`__repr__`, `__len__`, a
+`__class__` property), which may block; past this the value is described as `<repr timed out>`."""
+_NATIVE = frozenset({type(None), bool, int, float, complex})
+"""Types summarised without a deadline: reading them runs no user code (nor does reading a plain tensor)."""
 _SMALL_TENSOR = 1_000_000
 """Elements up to which min/max/mean and NaN counts are computed; a bigger tensor costs too much."""
 _ITEMS = 3
@@ -71,14 +76,24 @@ def redacted() -> Summary:
 
 
 def summarize(value: Any) -> Summary:
-    """A bounded summary of any value; a value whose inspection fails is described, not raised."""
+    """A bounded summary of any value; a value whose inspection fails is described, not raised, and one
+    whose inspection blocks is abandoned after `SECONDS` (`daifu.core.bounded`)."""
     try:
-        summary = _dispatch(value)
+        summary = _dispatch(value) if _native(value) else bounded(_dispatch, value, seconds=SECONDS)
+    except TimedOut:
+        summary = Summary(_type_name(value), "<repr timed out>")
     except Exception as error:  # a user object's __repr__ or property may raise anything
         summary = Summary(type(value).__name__, f"<summary failed: {type(error).__name__}>")
     summary.text = truncate(redact(summary.text[: 4 * MAX_TEXT], environment=False))  # see `_scrubbed`
     summary.facts = {key: _redacted_fact(fact) for key, fact in summary.facts.items()}
     return summary
+
+
+def _native(value: Any) -> bool:
+    if type(value) in _NATIVE:
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and type(value) in (torch.Tensor, torch.nn.Parameter)
 
 
 def _redacted_fact(fact: Fact) -> Fact:
