@@ -80,13 +80,30 @@ def bounded(function: Callable[..., T], *arguments: Any, seconds: float = DEFAUL
 
 
 def describe(value: Any, how: Callable[[Any], str] = repr, seconds: float = DEFAULT_SECONDS) -> str:
-    """`how(value)` (by default `repr`), or a short note saying why it could not be had."""
+    """`how(value)` (by default `repr`), or a short note saying why it could not be had.
+
+    A value that runs no code of the program's when described (a number, a string, a built-in exception
+    holding only such values: most crashes' exceptions) is described at once, without a helper."""
+    if how in (repr, str) and _plain(value):
+        return how(value)
     try:
         return bounded(how, value, seconds=seconds)
     except TimedOut:
         return f"<{how.__name__} timed out>"
     except Exception as error:  # a user __repr__ may raise anything
         return f"<{how.__name__} failed: {type(error).__name__}>"
+
+
+_PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
+def _plain(value: Any) -> bool:
+    cls = type(value)
+    if cls in _PLAIN:
+        return True
+    if issubclass(cls, BaseException) and cls.__module__ == "builtins":
+        return all(type(argument) in _PLAIN for argument in value.args)  # a built-in class: its own `args`
+    return False
 
 
 def _name(function: Callable[..., Any]) -> str:
