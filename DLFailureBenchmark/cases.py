@@ -17,8 +17,11 @@
                                                           alongside;
                                                "holdout"  cases written afterwards without looking at
                                                           the rules (README: "The three sets");
-                                               "external" public PyTorch training programs adapted,
-                                                          with one injected bug each
+                                               "realistic" full-sized training programs written for
+                                                          the benchmark in the shape of common
+                                                          model families (argparse options, model
+                                                          classes, epochs, evaluation, checkpoints),
+                                                          one bug each
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ SCENARIOS = {
     "nondeterministic": "non-deterministic runtime error",
     "large_model": "larger model, fault mid-training",
 }
-SETS = ("tuned", "holdout", "external")
+SETS = ("tuned", "holdout", "realistic")
 
 
 @dataclass(frozen=True)
