@@ -167,8 +167,9 @@ def train(policy, optimizer, args, start, running_reward, ckpt_path):
             save_checkpoint(ckpt_path, policy, optimizer, episode + 1, running_reward)
     if args.until is not None:
         return {"steps": stop - start}
+    recent = returns_seen[-20:]
     return {"steps": stop - start, "running_reward": running_reward, "arrived": arrivals / max(stop - start, 1),
-            "eval_return": evaluate(policy, args)}
+            "recent_return": sum(recent) / max(len(recent), 1), "eval_return": evaluate(policy, args)}
 
 
 def main(workdir, seed=0, resume=None, until=None):
