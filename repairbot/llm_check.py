@@ -1,6 +1,6 @@
 """A model's reply, checked against the crash: the diagnosis and the repairs the service can stand behind.
 
-Each proposal read by `repairbot.llm_reply` is turned into a protocol `Suggestion` here, or
+Each proposal read by `repairbot.llm_parse` is turned into a protocol `Suggestion` here, or
 dropped with the reason: a line-range edit or a whole function becomes the full new `def` of the
 function it changes (a surgery of the paused function, or a patch of the callee where the crash
 happened), built by the service from the current source; an action gets the imports it forgot;
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repairbot.protocol import CrashReport, Frame
-from repairbot.backends import canonical
+from repairbot.backends.base import canonical
 from repairbot.llm_code import (
     CodeError,
     Function,
@@ -34,7 +34,7 @@ from repairbot.llm_code import (
     problems,
     whole_function,
 )
-from repairbot.llm_reply import Proposal, read_object, read_proposals
+from repairbot.llm_parse import Proposal, read_object, read_proposals
 from repairbot.protocol import CATEGORIES
 from repairbot.protocol import Culprit, Diagnosis, Suggestion
 from repairbot.rules.context import Context
@@ -68,7 +68,7 @@ class _Site:
 
 
 def read_reply(report: CrashReport, text: str) -> Reading:
-    """The diagnosis and suggestions in a reply's text; raises `llm_reply.ReplyError` if it holds no answer."""
+    """The diagnosis and suggestions in a reply's text; raises `llm_parse.ReplyError` if it holds no answer."""
     answer = read_object(text)
     proposals, notes = read_proposals(answer)
     dropped = len(notes)

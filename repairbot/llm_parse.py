@@ -5,7 +5,7 @@ before it, write Python dicts with single quotes, answer through a tool call, gi
 90 or "high", and label a kind in their own words. This module finds the object in the text and
 reads each suggestion on its own into a `Proposal`, so one malformed item is dropped (with the
 reason) and never costs the others. What a proposal's code does to the crashed function is
-checked later, against the report (`repairbot.llm_answer`).
+checked later, against the report (`repairbot.llm_check`).
 """
 
 from __future__ import annotations

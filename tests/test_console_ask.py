@@ -17,8 +17,8 @@ for _package in (*BOT, 'pexpect'):
     pytest.importorskip(_package)
 
 from daifu.console.approval import CHOICES
-from repairbot.backends import NO_QUESTIONS
-from repairbot.openai_backend import OpenAIBackend, forget_capabilities
+from repairbot.backends.base import NO_QUESTIONS
+from repairbot.backends.openai import OpenAIBackend, forget_capabilities
 from repairbot.server import start_in_thread
 from tests.fakellm import FakeLLM
 from tests.terminal import Terminal, line_of, program, spawn

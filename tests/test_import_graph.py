@@ -36,7 +36,7 @@ DAIFU_LAYERS: tuple[tuple[str, ...], ...] = (
 
 REPAIRBOT_ALLOWED: dict[str, tuple[str, ...]] = {
     "daifu": ("repairbot.protocol",),
-    "daifu.decide.botclient": ("repairbot.backends",),  # the in-process rules engine, when no service is configured
+    "daifu.decide.botclient": ("repairbot.backends.rules",),  # the in-process rules engine, when no service is configured
     "daifu.cli.main": ("repairbot.server",),  # `daifu serve`
     "daifu.cli.demo": ("repairbot.server",),  # the demo serves the bot on a loopback port
 }

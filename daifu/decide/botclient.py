@@ -221,7 +221,7 @@ def _body(report: CrashReport, deadline: float, question: str | None, conversati
 
 
 def _in_process(report: CrashReport, question: str | None = None) -> BotAnswer:
-    from repairbot.backends import RulesBackend  # the rules engine is only loaded when a crash needs it
+    from repairbot.backends.rules import RulesBackend  # the rules engine is only loaded when a crash needs it
 
     answer = RulesBackend().suggest(report, question=question)
     return BotAnswer(

@@ -43,10 +43,10 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from repairbot.protocol import CrashReport
-from repairbot.backends import NO_QUESTIONS, Answer, merge
+from repairbot.backends.base import NO_QUESTIONS, Answer, merge
 from repairbot.deadline import Cancelled, Deadline, server_default
-from repairbot.llm_answer import Reading, read_reply
-from repairbot.llm_reply import ReplyError, read_object
+from repairbot.llm_check import Reading, read_reply
+from repairbot.llm_parse import ReplyError, read_object
 from repairbot.prompts import PromptError, messages
 from repairbot.protocol import CATEGORIES
 from repairbot.protocol import BackendInfo, ChatMessage, Diagnosis, Exchange, Suggestion, Transcript, Usage
