@@ -22,7 +22,7 @@ for _package in (*BOT, 'torch'):
 
 import daifu
 from daifu.core.trial import unavailable
-from daifu.decide.automatic import MAX_SKIPS
+from daifu.decide.candidates import MAX_SKIPS
 from daifu.report.build import build_report
 from daifu.state import RUN
 from repairbot.rules.context import Context

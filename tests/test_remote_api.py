@@ -361,9 +361,9 @@ def test_the_settings_are_validated() -> None:
 
 
 def test_followers_of_a_distributed_job_wait_as_long_as_the_leader_may(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert distributed._decision_timeout() == 1800.0
+    assert distributed._decision_timeout(daifu.settings()) == 1800.0
     config.configure(approve="remote", remote_deadline=7200)
-    assert distributed._decision_timeout() == 7800.0
+    assert distributed._decision_timeout(daifu.settings()) == 7800.0
 
 
 needs_trials = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no trials here: {trial.unavailable()}")

@@ -35,12 +35,11 @@ from enum import Enum
 from types import FrameType
 from typing import Any
 
+from daifu import config
 from daifu.core import health, sandbox
 
 _DAIFU = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_SECONDS = 5.0
 RETURNED = "the function returned"
-"""A trial's time budget unless configured (`DAIFU_TRIAL_SECONDS`)."""
 
 
 class Outcome(str, Enum):
@@ -150,7 +149,8 @@ View = Callable[[FrameType | None], Mapping[str, Any]]
 
 def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view: View,
         seconds: float | None = None) -> Verdict:
-    """Try `decision` (carried out by `body`) in a sandboxed copy of this process.
+    """Try `decision` (carried out by `body`) in a sandboxed copy of this process, within `seconds`
+    (by default the configured `trial_seconds`).
 
     `watched` are the values whose health the verdict reports (the crashed frame's locals, the
     globals its function uses); `view(frame)` gives the same at the end of the trial.
@@ -158,7 +158,7 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
     reason = unavailable()
     if reason is not None:
         return Verdict(Outcome.UNAVAILABLE, detail=reason)
-    budget = seconds if seconds is not None else _configured_seconds()
+    budget = seconds if seconds is not None else config.settings().trial_seconds
     before = health.inventory(watched)
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -180,13 +180,6 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
     finally:
         os.close(read_end)
         capture.close()
-
-
-def _configured_seconds() -> float:
-    try:
-        return float(os.environ.get("DAIFU_TRIAL_SECONDS", DEFAULT_SECONDS))
-    except ValueError:
-        return DEFAULT_SECONDS
 
 
 def _wait(pid: int, pipe: int, capture: Any, started: float, fork_ms: float, budget: float) -> Verdict:
