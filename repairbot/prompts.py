@@ -24,6 +24,7 @@ from typing import Any
 
 from collections.abc import Sequence
 
+from repairbot.llm_parse import MODEL_KINDS
 from repairbot.protocol import CATEGORIES, CrashReport, Exchange, Frame, Variable
 from repairbot.protocol import Diagnosis
 from repairbot.rules.context import Context
@@ -124,6 +125,7 @@ def values(report: CrashReport, hint: Diagnosis | None = None) -> dict[str, str]
         "tried": _tried(report),
         "hints": _hint(hint),
         "categories": ", ".join(f'"{c}"' for c in CATEGORIES),
+        "kinds": " | ".join(f'"{kind}"' for kind in MODEL_KINDS),
     }
 
 
