@@ -28,7 +28,7 @@ CATEGORIES = ("api_misuse", "tensor_mismatch", "out_of_memory", "path", "excepti
 
 
 class Variable(BaseModel):
-    """One live value, summarized (see `daifu.summary`)."""
+    """One live value, summarized (see `daifu.report.summary`)."""
 
     type: str
     text: str

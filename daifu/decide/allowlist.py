@@ -35,8 +35,9 @@ be a user function on the crash's stack.
 This is the static layer; the trial sandbox (issue 17) is the dynamic one. Values the code computes
 from the user's state (a `range(n)` over a huge `n`) are bounded by that state, not here.
 
-The tables are in `daifu.allowlist_tables`, the walk over the code in `daifu.allowlist_check`, and
-what the live frame tells (modules, callables, containers) in `daifu.allowlist_context`.
+The tables are in `daifu.decide.allowlist_tables`, the walk over the code in
+`daifu.decide.allowlist_check`, and what the live frame tells (modules, callables, containers) in
+`daifu.decide.allowlist_context`.
 """
 
 from __future__ import annotations

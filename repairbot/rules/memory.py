@@ -12,7 +12,7 @@ from repairbot.signs import BUSY, OOM, others_hold_more, wait_code
 _BATCH_NAMES = ("batch_size", "bs", "micro_batch_size")
 MAX_WAIT_S = 60
 """The longest wait proposed: the client applies waits of at most a minute without a person
-(`daifu.allowlist.MAX_SLEEP_S`); a device held longer is waited for by further retries."""
+(`daifu.decide.allowlist.MAX_SLEEP_S`); a device held longer is waited for by further retries."""
 
 
 def device_busy(ctx: ReportView) -> Finding | None:
