@@ -462,7 +462,8 @@ def test_candidates_are_deduplicated_and_bounded() -> None:
 
 
 def test_a_candidate_that_builds_a_new_layer_is_labelled_as_discarding_state() -> None:
-    fresh_layer = GeneratedRepair("action", "rebuild", "rules", 2, code="import torch\nmodel.fc = torch.nn.Linear(3, 4)")
+    fresh_layer = GeneratedRepair("action", "rebuild", "rules", 2,
+                                  code="import torch\nmodel.fc = torch.nn.Linear(3, 4)")
     flatten = GeneratedRepair("action", "flatten", "shapes", 1, code="x = x.flatten(1)")
     kept = rank.ranked([fresh_layer, flatten], [])
     assert [c.explanation for c in kept] == ["flatten", "rebuild"] and "discards trained state" in kept[1].gives_up

@@ -94,7 +94,8 @@ def test_the_record_data_and_the_distributed_store(decision: Decision) -> None:
 
 
 @pytest.mark.parametrize("decision", SAMPLES, ids=repr)
-def test_a_repairs_jsonl_row_as_the_record_writes_it_and_the_replay_reads_it(decision: Decision, tmp_path: Path) -> None:
+def test_a_repairs_jsonl_row_as_the_record_writes_it_and_the_replay_reads_it(decision: Decision,
+                                                                             tmp_path: Path) -> None:
     assert kinds.from_row(json.loads(json.dumps(kinds.to_row(decision)))) == decision
     if isinstance(decision, Raise):
         assert kinds.from_row(kinds.to_row(None)) == Raise()  # a repair that failed: the replay passes it over
@@ -107,8 +108,7 @@ def test_a_repairs_jsonl_row_as_the_record_writes_it_and_the_replay_reads_it(dec
     steps, _origin = replay._record_steps(settings)
     assert [step.decision(crash) for step in steps] == [decision]
     if kinds.kind_of(decision).replayable:
-        names = [kinds.play_name(s) for s in decision.steps] if isinstance(decision, Plays) else [kinds.play_name(decision)]
-        assert all(name in kinds.REPLAYABLE for name in names)
+        assert all(name in kinds.REPLAYABLE for name in kinds.step_names(decision))
 
 
 @pytest.mark.parametrize("decision", SAMPLES, ids=repr)

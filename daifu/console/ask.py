@@ -6,8 +6,8 @@ each earlier question, the answer, and what came of its suggestions (their trial
 chosen). What was applied and failed since is in the report's `tried`. Its suggestions take the
 path they take in automatic mode — checked and ranked (`candidates`, `rank`), tried on a copy of
 the run (the verification stage, `daifu.decide.verify`), recorded (`record_answer`, which
-`daifu report N` reads) — and the approval prompt offers them with their verdicts. What the person chooses there is returned,
-for the console to take as its pending decision.
+`daifu report N` reads) — and the approval prompt offers them with their verdicts. What the person
+chooses there is returned, for the console to take as its pending decision.
 """
 
 from __future__ import annotations

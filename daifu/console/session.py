@@ -187,7 +187,8 @@ class Console(pdb.Pdb):
         decision = Surgery(source)
         reasons = self.stage.problems(decision)
         if reasons:
-            self.error(f"Surgery refused: {'; '.join(reasons)}. Nothing changed; fix the file and type `surgery` again.")
+            self.error(f"Surgery refused: {'; '.join(reasons)}. Nothing changed; fix the file and type `surgery` "
+                       "again.")
             return
         self.message(
             source_diff(
@@ -210,7 +211,8 @@ class Console(pdb.Pdb):
         decision = Action(code)
         reasons = self.stage.problems(decision)
         if reasons:
-            self.error(f"Action refused: {'; '.join(reasons)}. Nothing changed; fix the file and type `action` again.")
+            self.error(f"Action refused: {'; '.join(reasons)}. Nothing changed; fix the file and type `action` "
+                       "again.")
             return
         self.message("\n".join(f"    {line}" for line in code.rstrip("\n").splitlines()))
         self._take(decision, "Action accepted")

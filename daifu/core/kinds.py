@@ -88,7 +88,8 @@ class Kind:
 
 KINDS: tuple[Kind, ...] = (
     Kind(Pass, "Pass", word="pass", harmless=True,
-         command="Change nothing: the faulty statement runs again when you leave with `q` (as the prototype's `pass`)."),
+         command="Change nothing: the faulty statement runs again when you leave with `q` "
+                 "(as the prototype's `pass`)."),
     Kind(Retry, "Retry", wire="retry", choice="retry", word="retry",
          command="Run the faulty statement again, unchanged, when you leave with `q`.", harmless=True),
     Kind(Skip, "Skip", wire="skip", choice="skip", word="skip", resumes=AFTER, skips_work=True,
@@ -223,7 +224,7 @@ def to_row(decision: Decision | None) -> dict[str, Any]:
 
 def from_row(row: dict[str, Any]) -> Decision:
     """The decision a `repairs.jsonl` entry records, read with the plays of the version it was written with."""
-    data = {"play": row.get("decision"), "code": row.get("code"), "target": row.get("target"), "steps": row.get("steps")}
+    data = {"play": row.get("decision"), **{key: row.get(key) for key in ("code", "target", "steps")}}
     return from_data(data, row.get("plays_version", PLAYS_VERSION_1))
 
 

@@ -8,8 +8,9 @@ exits, and its own generated code then runs the continuation — and any further
 one after the other, so the stack does not grow with each crash.
 
 The runtime knows nothing of who decides or where repairs are recorded: the layers above give it a
-`Handling` (`daifu.core.handling`; `daifu.vaccinate` gives one). It can also try a decision without carrying it out: in a
-sandboxed copy of the process (`daifu.core.trial`), through the very same resume path.
+`Handling` (`daifu.core.handling`; `daifu.vaccinate` gives one). It can also try a decision without
+carrying it out: in a sandboxed copy of the process (`daifu.core.trial`), through the very same
+resume path.
 
 Under the prototype's scope model (`transform(globals())`, `daifu.core.seedscope`) the function
 vaccinated here is the *body* behind the user's function: its variables are module globals, which

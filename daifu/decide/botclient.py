@@ -189,7 +189,8 @@ def _body(report: CrashReport, deadline: float, question: str | None, conversati
     when there is one. Sent as given: the service checks it (a deadline past its bounds is its 422)."""
     request = CrashRequest.model_construct(report=report, deadline_s=deadline, question=question or None,
                                            conversation=list(conversation))
-    left_out = {"backend"} | ({"question"} if not question else set()) | ({"conversation"} if not conversation else set())
+    given = {"question": question, "conversation": conversation}
+    left_out = {"backend"} | {name for name, value in given.items() if not value}
     return request.model_dump_json(exclude=left_out).encode()
 
 

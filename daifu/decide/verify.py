@@ -130,7 +130,8 @@ class Verification:
                 say(f"not applying the bot's {candidate.kind} without a person (approve='ask' would offer it): "
                     f"{'; '.join(candidate.unsafe)[:300]}")
                 continue
-            if trials >= settings.max_trials or time.monotonic() - started > settings.max_trials * settings.trial_seconds:
+            spent = time.monotonic() - started
+            if trials >= settings.max_trials or spent > settings.max_trials * settings.trial_seconds:
                 say(f"stopped after {trials} trials; the other suggestions were not tried")
                 break
             verdict = candidate.verdict or self.trial(candidate.decision)  # tried already when a person was asked

@@ -23,7 +23,13 @@ import re
 from collections.abc import Iterator
 
 from repairbot.generate import edits, make
-from repairbot.generate.candidate import DROPS_ELEMENTS, REPLACES_DATA, REPLACES_NONFINITE, SKIPS_ITERATION, GeneratedRepair
+from repairbot.generate.candidate import (
+    DROPS_ELEMENTS,
+    REPLACES_DATA,
+    REPLACES_NONFINITE,
+    SKIPS_ITERATION,
+    GeneratedRepair,
+)
 from repairbot.generate.view import View
 from repairbot.signs import BUSY, MAX_RETRIES, PERMANENT_OS, TRANSIENT, TRANSIENT_TYPES, others_hold_more, wait_code
 
@@ -64,9 +70,9 @@ def _bad_data(view: View) -> Iterator[GeneratedRepair | None]:
             yield from _dropped_rows(view, data)
     if evidence >= 0:
         where = f" (`{'`, `'.join(poisoned)}` hold NaN or Inf)" if poisoned else ""
-        yield GeneratedRepair("skip_iteration", f"This iteration's data cannot be used{where}: pass over the rest of the "
-                        "iteration and go on with the next batch.", "exceptional_data", evidence,
-                        gives_up=SKIPS_ITERATION)
+        yield GeneratedRepair("skip_iteration", f"This iteration's data cannot be used{where}: pass over the rest "
+                              "of the iteration and go on with the next batch.", "exceptional_data", evidence,
+                              gives_up=SKIPS_ITERATION)
 
 
 def _zeroed(view: View, names: list[str]) -> Iterator[GeneratedRepair | None]:

@@ -17,8 +17,8 @@ def changed(view: View, source: str | None, explanation: str, family: str, evide
         return None
     if view.outermost:
         return GeneratedRepair("surgery", explanation, family, evidence, code=source, gives_up=gives_up)
-    return GeneratedRepair("patch_function", f"{explanation} (in {view.site.qualname})", family, evidence, code=source,
-                     target=view.site.target, gives_up=gives_up)
+    return GeneratedRepair("patch_function", f"{explanation} (in {view.site.qualname})", family, evidence,
+                           code=source, target=view.site.target, gives_up=gives_up)
 
 
 def action(view: View, code: str, explanation: str, family: str, evidence: int = 1,

@@ -343,6 +343,6 @@ def sites(report: CrashReport) -> list[FunctionSite]:
         if "<locals>" not in frame.qualname and frame.module:
             target = f"sys.modules[{frame.module!r}].{frame.qualname}"
             found.append(FunctionSite(frame.source, frame.first_lineno, frame.lineno, frame.locals, frame.qualname,
-                              target=target))
+                                      target=target))
         break
     return found
