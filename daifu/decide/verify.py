@@ -60,7 +60,7 @@ class Verification:
 
     crash: Crash
     settings: Settings
-    _frame_facts: Context | None = field(default=None, repr=False)
+    _frame_facts: Context | None = field(default=None, init=False, repr=False)
 
     def problems(self, decision: Decision) -> tuple[str, ...]:
         """Why the runtime refuses `decision` here (a dry run; nothing changes), or a redaction placeholder
