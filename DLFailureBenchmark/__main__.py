@@ -1,4 +1,5 @@
-"""`python -m DLFailureBenchmark [--quick|--smoke|--repairs-only] [--case ID ...] [--scenario NAME ...] [--set NAME ...] [--out DIR]`."""
+"""`python -m DLFailureBenchmark [--quick|--smoke|--repairs-only|--replay-only] [--case ID ...] [--scenario NAME ...]
+[--set NAME ...] [--out DIR]`."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", action="append", choices=sorted(cases.SCENARIOS), help="repeatable")
     parser.add_argument("--set", action="append", choices=cases.SETS,
                         help="tuned (the 36 cases the rules were written with), holdout (written blind to them), "
-                             "external (public programs adapted); repeatable")
+                             "external (public programs adapted), blind1 and blind2 (real reports, written blind "
+                             "to the bot); repeatable")
     parser.add_argument("--quick", action="store_true",
                         help="the CI subset, with fewer repeats (under 3 minutes); with --case or --set, only "
                              "the fewer repeats")
@@ -37,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repairs-only", action="store_true",
                         help="only the repair flows: per case the fixed, buggy, replay and automatic runs; no "
                              "checkpoint-retry baseline and no overhead measure")
+    parser.add_argument("--replay-only", action="store_true",
+                        help="per case only the fixed, buggy and replay runs: the repair bot is never started "
+                             "nor asked (checks a case's recorded repair without an automatic run)")
     parser.add_argument("--out", type=Path, default=cases.HERE / "results",
                         help="where results.json and results.md go (default: DLFailureBenchmark/results)")
     parser.add_argument("--workdir", type=Path, help="keep every run's folder here (default: a temporary folder)")
@@ -52,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if options.repairs_only and (options.quick or options.smoke):
         parser.error("--repairs-only measures no baseline or overhead: it takes neither --quick nor --smoke")
-    plan = (harness.REPAIRS_ONLY if options.repairs_only else harness.SMOKE if options.smoke
-            else harness.QUICK if options.quick else harness.Plan())
+    if options.replay_only and (options.quick or options.smoke or options.repairs_only):
+        parser.error("--replay-only runs only fixed, buggy and replay: it takes no --quick, --smoke or --repairs-only")
+    plan = (harness.REPLAY_ONLY if options.replay_only else harness.REPAIRS_ONLY if options.repairs_only
+            else harness.SMOKE if options.smoke else harness.QUICK if options.quick else harness.Plan())
     results = harness.run_all(selected, plan, options.workdir, _progress)
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

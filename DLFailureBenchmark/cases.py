@@ -18,7 +18,16 @@
                                                "holdout"  cases written afterwards without looking at
                                                           the rules (README: "The three sets");
                                                "external" public PyTorch training programs adapted,
-                                                          with one injected bug each
+                                                          with one injected bug each;
+                                               "blind1", "blind2" crashes real users reported,
+                                                          written blind to the bot, their right
+                                                          repair and harm checks fixed before any
+                                                          automatic run (README: "The blind sets")
+    source                                     the address(es) of the real report(s) (blind sets)
+    right_repair                               what the right repair is and why (blind sets)
+    harm: {description, checks}                what a harmful "repair" would do, and checks on
+                                               `main()`'s result that every recovered run must
+                                               pass: [{metric, min} or {metric, max}, ...]
 """
 
 from __future__ import annotations
@@ -40,7 +49,9 @@ SCENARIOS = {
     "nondeterministic": "non-deterministic runtime error",
     "large_model": "larger model, fault mid-training",
 }
-SETS = ("tuned", "holdout", "external")
+SETS = ("tuned", "holdout", "external", "blind1", "blind2")
+BLIND_SETS = ("blind1", "blind2")
+"""Sets whose first automatic run is their figure: only a selection that names them (`--set`, `--case`) runs them."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,9 @@ class Case:
     repairs: list[dict[str, Any]]
     quick: bool = False
     set: str = "tuned"
+    source: str | list[str] | None = None
+    right_repair: str | None = None
+    harm: dict[str, Any] | None = None
     folder: Path = field(default=CASES, compare=False)
 
     def program(self, variant: str) -> Path:
@@ -65,6 +79,11 @@ class Case:
     @property
     def record(self) -> Path:
         return self.folder / "repairs.jsonl"
+
+    @property
+    def harm_checks(self) -> list[dict[str, Any]]:
+        """The checks a finished run's metrics must pass to count as recovered (none for most sets)."""
+        return list((self.harm or {}).get("checks", []))
 
 
 def load(folder: Path) -> Case:
@@ -84,8 +103,14 @@ def all_cases() -> list[Case]:
 
 def select(ids: list[str] | None = None, scenarios: list[str] | None = None, quick: bool = False,
            sets: list[str] | None = None) -> list[Case]:
-    """The cases asked for, in folder order; a name that matches nothing is an error."""
+    """The cases asked for, in folder order; a name that matches nothing is an error.
+
+    The blind sets are left out unless `ids` or `sets` name cases: a full run must not spend their
+    first automatic run by accident (README: "The blind sets").
+    """
     cases = all_cases()
+    if not ids and not sets:
+        cases = [c for c in cases if c.set not in BLIND_SETS]
     if ids:
         missing = [i for i in ids if not any(c.id == i or c.id.startswith(i) for c in cases)]
         if missing:

@@ -13,10 +13,20 @@ For each case, each in its own process:
 6. the fault-free overhead: the fixed program plain and vaccinated in one process, interleaved.
 
 With `REPAIRS_ONLY` (`--repairs-only`) only 1-4 run; rows keep `baseline` and `overhead` with None.
+With `REPLAY_ONLY` (`--replay-only`) only 1-3 run: no bot is started or asked, and the automatic
+run's outcome is None (a blind case's first automatic run is its figure: see the README).
 
-"Recovered" means the run finished and its metric is within the case's tolerance of the fixed
-run's, with as many steps. The restore time is DaiFu's own record (`duration_ms`: from the
-exception to the resumed statement), summed over the run's repairs.
+Each replay and automatic run has one outcome (`outcome`):
+
+- recovered: it finished with the fixed run's number of steps, its metric within the case's
+  tolerance of the fixed run's, and every harm check of the case passes (`harm_failures`);
+- harmful: it finished (returned a result) but fails that comparison or a harm check;
+- declined: no repair was applied and the expected crash propagated, as without DaiFu;
+- failed: a repair was applied but the run still ended with an exception (or the run ended with
+  another exception than the expected one, or did not report back at all).
+
+The restore time is DaiFu's own record (`duration_ms`: from the exception to the resumed
+statement), summed over the run's repairs.
 
 The repair effort of the automatic run is read from its workspace record,
 `daifu_workspace/repairs.jsonl`, when DaiFu writes trials there: each entry (one repair) may
@@ -27,6 +37,7 @@ tried in a sandbox before applying one (`effort`). Without that field the effort
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -37,7 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +70,8 @@ class Plan:
     timeout_s: float = 600.0
     repairs_only: bool = False
     """Measure only the repair flows (fixed, buggy, replay, automatic): no baseline, no overhead measure."""
+    replay_only: bool = False
+    """Run only fixed, buggy and replay: the repair bot is never started nor asked."""
 
 
 QUICK = Plan(baseline_repeats=1, overhead_pairs=2, large_overhead_pairs=1)
@@ -66,6 +79,9 @@ SMOKE = Plan(baseline_repeats=1, overhead_pairs=0, large_overhead_pairs=0)
 """The test suite's check that the harness works end to end: no overhead measure (0 pairs)."""
 REPAIRS_ONLY = Plan(baseline_repeats=0, overhead_pairs=0, large_overhead_pairs=0, repairs_only=True)
 """What the repair flows do, and nothing else: the baseline and overhead keys stay, with None."""
+REPLAY_ONLY = Plan(baseline_repeats=0, overhead_pairs=0, large_overhead_pairs=0, repairs_only=True, replay_only=True)
+"""The recorded human repairs only (fixed, buggy, replay): checks a case without any automatic run."""
+OUTCOMES = ("recovered", "harmful", "declined", "failed")
 
 
 class Runs:
@@ -127,6 +143,41 @@ def matches(case: Case, reference: dict[str, Any] | None, result: dict[str, Any]
     return (abs(value - expected) <= allowed and metrics.get("steps") == reference.get("steps")), value
 
 
+def harm_failures(case: Case, metrics: dict[str, Any] | None) -> list[str]:
+    """The case's harm checks that `metrics` fails, each said in words (none when all pass).
+
+    A check is `{"metric": key, "min": bound}` or `{"metric": key, "max": bound}` (or both); a
+    metric that is missing or not a finite number fails it.
+    """
+    failures = []
+    for check in case.harm_checks:
+        key = check["metric"]
+        value = (metrics or {}).get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            failures.append(f"{key} is {value!r}, not a finite number")
+            continue
+        if "min" in check and value < check["min"]:
+            failures.append(f"{key} = {value:g} < {check['min']:g}")
+        if "max" in check and value > check["max"]:
+            failures.append(f"{key} = {value:g} > {check['max']:g}")
+    return failures
+
+
+def outcome(case: Case, reference: dict[str, Any] | None, result: dict[str, Any]) -> str:
+    """recovered, harmful, declined or failed (module docstring) for one replay or automatic run."""
+    if result.get("finished"):
+        recovered, _ = matches(case, reference, result)
+        return "recovered" if recovered and not harm_failures(case, result.get("metrics")) else "harmful"
+    if not applied_repairs(result) and crashed_as_expected(case, result):
+        return "declined"
+    return "failed"
+
+
+def applied_repairs(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's repairs that were carried out: its record also lists the crashes answered `Raise`."""
+    return [r for r in result.get("repairs") or [] if r.get("decision") not in (None, "Raise")]
+
+
 def restore_ms(result: dict[str, Any]) -> float | None:
     """DaiFu's restore time for the run: the sum over its repairs (None when nothing was resumed)."""
     durations = [r["duration_ms"] for r in result.get("repairs") or [] if r.get("duration_ms") is not None]
@@ -183,18 +234,26 @@ def measure(case: Case, runs: Runs) -> dict[str, Any]:
     row["total_steps"] = reference.get("steps") if reference else None
     row["progress"] = (round(row["crash_step"] / row["total_steps"], 3)
                        if row["crash_step"] is not None and row["total_steps"] else None)
+    row["fixed_harm_failures"] = harm_failures(case, reference) if reference else None
     for mode in ("replay", "automatic"):
+        if mode == "automatic" and runs.plan.replay_only:
+            row[mode] = {"finished": False, "recovered": False, "outcome": None, "metric": None, "restore_ms": None,
+                         "repairs": [], "error": None, "harm_failures": [], "skipped": "--replay-only"}
+            continue
         result, _ = runs.run(case, mode, "buggy", mode)
-        recovered, value = matches(case, reference, result)
+        _, value = matches(case, reference, result)
+        verdict = outcome(case, reference, result)
         row[mode] = {
-            "finished": bool(result.get("finished")), "recovered": recovered, "metric": value,
-            "restore_ms": restore_ms(result) if result.get("finished") else None,
+            "finished": bool(result.get("finished")), "recovered": verdict == "recovered", "outcome": verdict,
+            "metric": value, "restore_ms": restore_ms(result) if result.get("finished") else None,
             "repairs": [{k: r.get(k) for k in ("decision", "decided_by", "duration_ms", "line", "exception_type")}
                         for r in result.get("repairs") or []],
             "error": None if result.get("finished") else _failure(result),
+            "harm_failures": harm_failures(case, result.get("metrics")) if result.get("finished") else [],
         }
-    row["automatic"]["effort"] = effort(read_record(runs.folder(case, "automatic") / "daifu_workspace" /
-                                                    "repairs.jsonl"))
+    row["automatic"]["effort"] = (None if runs.plan.replay_only else
+                                  effort(read_record(runs.folder(case, "automatic") / "daifu_workspace" /
+                                                     "repairs.jsonl")))
     if runs.plan.repairs_only:
         row["baseline"] = {"median_s": None, "skipped": "--repairs-only"}
     else:
@@ -276,7 +335,7 @@ def run_all(selected: list[Case], plan: Plan, workdir: Path | None,
     root = workdir or Path(tempfile.mkdtemp(prefix="dlfb-"))
     started = time.perf_counter()
     rows = []
-    with rules_bot() as url:
+    with nullcontext(None) if plan.replay_only else rules_bot() as url:
         runs = Runs(root, url, plan)
         for index, case in enumerate(selected):
             progress(index, len(selected), case.id, time.perf_counter() - started)
@@ -288,12 +347,17 @@ def run_all(selected: list[Case], plan: Plan, workdir: Path | None,
             "summary": summarize(rows), "cases": rows}
 
 
-def per_set(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """The counts of each set present in `rows`, in the order of `SETS`: generalisation is read set by set."""
-    counts = {}
+def per_set(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The counts of each set present in `rows`, in the order of `SETS`: generalisation is read set by set.
+
+    `automatic_outcomes` counts the automatic runs by outcome (`OUTCOMES`); a run not made
+    (`--replay-only`) is in none of them.
+    """
+    counts: dict[str, dict[str, Any]] = {}
     for name in SETS:
         members = [r for r in rows if r.get("set", "tuned") == name]
         if members:
+            outcomes = [r["automatic"].get("outcome") for r in members]
             counts[name] = {
                 "cases": len(members),
                 "crashed_as_expected": sum(r["crashed_as_expected"] for r in members),
@@ -301,6 +365,7 @@ def per_set(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
                 "recovered_automatic": sum(r["automatic"]["recovered"] for r in members),
                 "finished_off_automatic": sum(r["automatic"]["finished"] and not r["automatic"]["recovered"]
                                               for r in members),
+                "automatic_outcomes": {kind: outcomes.count(kind) for kind in OUTCOMES},
             }
     return counts
 
@@ -316,6 +381,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "crashed_as_expected": sum(r["crashed_as_expected"] for r in rows),
         "recovered_replay": sum(r["replay"]["recovered"] for r in rows),
         "recovered_automatic": sum(r["automatic"]["recovered"] for r in rows),
+        "automatic_not_run": sum(bool(r["automatic"].get("skipped")) for r in rows),
         "median_restore_ms_replay": median([r["replay"]["restore_ms"] for r in rows]),
         "max_restore_ms_replay": max((r["replay"]["restore_ms"] or 0.0 for r in rows), default=None),
         "median_restore_ms_automatic": median([r["automatic"]["restore_ms"] for r in rows]),

@@ -34,11 +34,22 @@ def effort_cell(effort: dict[str, Any] | None) -> str:
     return f"{effort['candidates']} / {effort['trials']} / {_number(effort['repair_ms'], 1)} ms"
 
 
+OUTCOME_TEXT = {"recovered": "yes", "harmful": "harmful", "declined": "NO", "failed": "failed", None: "-"}
+"""How a run's outcome reads in the table (`harness.outcome`); "-" for a run not made."""
+
+
+def outcome_cell(run: dict[str, Any]) -> str:
+    """The table cell of one replay or automatic run; results written before outcomes existed are read too."""
+    if "outcome" in run:
+        return OUTCOME_TEXT[run["outcome"]]
+    return "yes" if run["recovered"] else ("finished, off" if run["finished"] else "NO")
+
+
 def cells(row: dict[str, Any]) -> list[str]:
     base = row["baseline"]
     auto = row["automatic"]
-    auto_text = "yes" if auto["recovered"] else ("finished, off" if auto["finished"] else "NO")
-    replay_text = "yes" if row["replay"]["recovered"] else ("finished, off" if row["replay"]["finished"] else "NO")
+    auto_text = outcome_cell(auto)
+    replay_text = outcome_cell(row["replay"])
     crash_at = f"{row['crash_step']}/{row['total_steps']}" if row["crash_step"] is not None else "-"
     redone = f" ({base['redone_steps']})" if base.get("redone_steps") is not None else ""
     return [row["id"], row.get("set", "tuned"), row["scenario"], _mark(row["crashed_as_expected"]), crash_at,
@@ -47,23 +58,35 @@ def cells(row: dict[str, Any]) -> list[str]:
             _number(row["overhead"]["median_percent"], 2, "%")]
 
 
-def set_lines(sets: dict[str, dict[str, int]]) -> list[str]:
-    """One line per set: the automatic rate of each set on its own (the tuned one is not a generalisation)."""
+def set_lines(sets: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per set: the automatic rate of each set on its own (the tuned one is not a generalisation),
+    and its automatic runs by outcome (recovered, harmful, declined, failed)."""
     return [
         f"{name}: crashed as expected {c['crashed_as_expected']}/{c['cases']}; replay {c['recovered_replay']}/"
         f"{c['cases']}; recovered automatically {c['recovered_automatic']}/{c['cases']} "
         f"({100.0 * c['recovered_automatic'] / c['cases']:.0f}%), finished off tolerance "
-        f"{c['finished_off_automatic']}"
+        f"{c['finished_off_automatic']}{_outcome_counts(c)}"
         for name, c in sets.items()
     ]
+
+
+def _outcome_counts(counts: dict[str, Any]) -> str:
+    """"; automatic: recovered R, harmful H, declined D, failed F, not run N" ("" for results without outcomes)."""
+    outcomes = counts.get("automatic_outcomes")
+    if outcomes is None:
+        return ""
+    not_run = counts["cases"] - sum(outcomes.values())
+    return ("; automatic: " + ", ".join(f"{kind} {number}" for kind, number in outcomes.items())
+            + (f", not run {not_run}" if not_run else ""))
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
     s = summary
     return [
         f"cases: {s['cases']}; crashed as expected: {s['crashed_as_expected']}/{s['cases']}",
-        f"recovered in replay mode: {s['recovered_replay']}/{s['cases']}; "
-        f"recovered automatically (rules bot): {s['recovered_automatic']}/{s['cases']}",
+        f"recovered in replay mode: {s['recovered_replay']}/{s['cases']}; " + (
+            "automatic runs: not made (--replay-only)" if s.get("automatic_not_run") == s["cases"] else
+            f"recovered automatically (rules bot): {s['recovered_automatic']}/{s['cases']}"),
         *set_lines(s.get("sets", {})),
         f"restore time, replay: median {_number(s['median_restore_ms_replay'], 2)} ms, "
         f"max {_number(s['max_restore_ms_replay'], 2)} ms; automatic: median "

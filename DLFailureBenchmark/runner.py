@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import re
 import sys
+import textwrap
 import time
 import traceback
 import warnings
@@ -113,26 +115,46 @@ def overhead(program: Path, workdir: Path, seed: int, pairs: int) -> dict[str, A
 
 
 def policy_from(case: cases.Case) -> Any:
-    """A policy answering the case's crashes, in order, with the repairs its case file gives."""
+    """A policy answering the case's crashes, in order, with the repairs its case file gives.
+
+    A repair is `{"decision": name, ...}`: `Surgery` with `replace` (pairs of old and new text in
+    the crashed function's source), `Action` with `code`, `Patch` with `function` (a qualified
+    name in the program's module, e.g. a callee of the crashed statement) and `replace` (pairs in
+    that function's source), `Plays` with `steps` (repairs of the other kinds), or `Retry`, `Skip`,
+    `SkipIteration`.
+    """
     import daifu
 
     answers = list(case.repairs)
 
-    def policy(crash: daifu.Crash) -> daifu.Decision:
-        if not answers:
-            return daifu.Raise()
-        spec = answers.pop(0)
+    def replaced(source: str, pairs: list[list[str]], where: str) -> str:
+        for old, new in pairs:
+            if old not in source:
+                raise ValueError(f"{case.id}: {old!r} is not in the source of {where}")
+            source = source.replace(old, new, 1)
+        return source
+
+    def decision(spec: dict[str, Any], crash: daifu.Crash) -> Any:
         kind = spec["decision"]
         if kind == "Surgery":
-            source = crash.source
-            for old, new in spec["replace"]:
-                if old not in source:
-                    raise ValueError(f"{case.id}: {old!r} is not in the source of {crash.function_name}")
-                source = source.replace(old, new, 1)
-            return daifu.Surgery(source)
+            return daifu.Surgery(replaced(crash.source, spec["replace"], crash.function_name))
         if kind == "Action":
             return daifu.Action(spec["code"])
-        return {"Retry": daifu.Retry, "Skip": daifu.Skip}[kind]()
+        if kind == "Patch":
+            target: Any = crash.globals[spec["function"].split(".")[0]]
+            for part in spec["function"].split(".")[1:]:
+                target = getattr(target, part)
+            source = textwrap.dedent(inspect.getsource(target))
+            return daifu.Patch(f"{crash.globals['__name__']}:{spec['function']}",
+                               replaced(source, spec["replace"], spec["function"]))
+        if kind == "Plays":
+            return daifu.Plays(tuple(decision(step, crash) for step in spec["steps"]))
+        return {"Retry": daifu.Retry, "Skip": daifu.Skip, "SkipIteration": daifu.SkipIteration}[kind]()
+
+    def policy(crash: daifu.Crash) -> Any:
+        if not answers:
+            return daifu.Raise()
+        return decision(answers.pop(0), crash)
 
     return policy
 

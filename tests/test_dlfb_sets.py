@@ -19,7 +19,7 @@ def test_every_case_names_a_known_set_and_the_sets_are_apart() -> None:
     assert len(by_set["holdout"]) >= 10
     assert len(by_set["external"]) >= 6
     assert sum(len(ids) for ids in by_set.values()) == len(everything)
-    assert {c.set for c in everything} == set(cases.SETS)
+    assert {c.set for c in everything} <= set(cases.SETS)  # a blind set may still be being written
 
 
 def test_quick_membership_is_the_tuned_ci_subset() -> None:
@@ -67,7 +67,9 @@ def test_summary_gives_the_automatic_rate_of_each_set_apart() -> None:
     assert summary["recovered_automatic"] == 3
     assert summary["sets"]["tuned"]["recovered_automatic"] == 2
     assert summary["sets"]["holdout"] == {"cases": 2, "crashed_as_expected": 2, "recovered_replay": 2,
-                                          "recovered_automatic": 1, "finished_off_automatic": 0}
+                                          "recovered_automatic": 1, "finished_off_automatic": 0,
+                                          "automatic_outcomes": {"recovered": 0, "harmful": 0, "declined": 0,
+                                                                 "failed": 0}}  # these rows predate outcomes
     assert summary["sets"]["external"]["recovered_automatic"] == 0
     assert summary["sets"]["external"]["finished_off_automatic"] == 1
     lines = report.summary_lines(summary)
