@@ -71,6 +71,14 @@ class Frame(BaseModel):
     source: str | None = None
     first_lineno: int | None = None
 
+    @property
+    def own_def(self) -> bool:
+        """Whether the frame runs a function with a `def` of its own, which a patch can replace: not a
+        comprehension, generator expression or lambda (`<listcomp>`, `<genexpr>`, `<lambda>`, whose
+        code is part of the function around it; a comprehension has a frame of its own up to Python
+        3.11), nor a module's body (`<module>`)."""
+        return not self.function.startswith("<")
+
 
 class FunctionInfo(BaseModel):
     """The vaccinated function and its faulty statement, in the user's own file and lines."""

@@ -299,6 +299,41 @@ def test_a_surgery_replaces_the_body_and_keeps_the_scope(tmp_path: Path) -> None
     assert "int(item)" in module.main.__daifu__.current.source and module.lr == 0.5
 
 
+def test_a_resume_inside_an_except_as_handler_keeps_its_name(tmp_path: Path) -> None:
+    # The crashed frame unwinds through the handler, whose cleanup unbinds `e` (a module global
+    # here): the run resumes inside the handler, where `e` is bound again.
+    module = load(tmp_path, """
+        import daifu
+
+        fire = [True]
+
+        def flaky(t):
+            if fire[0]:
+                fire[0] = False
+                raise RuntimeError("once")
+            t.append("f")
+
+        def fy(a, b):
+            t = []
+            try:
+                if b % 2 == 0:
+                    raise ValueError(1)
+            except ValueError as e:
+                flaky(t)
+                t.append(("caught", e.args[0]))
+            return t
+
+        fire[0] = False
+        plain = fy(1, 2)
+        fire[0] = True
+        fy = daifu.transform(globals())(fy)
+    """)
+    assert module.plain == ["f", ("caught", 1)]
+    daifu.set_policy(lambda crash: daifu.Retry())
+    assert module.fy(1, 2) == ["f", ("caught", 1)]
+    assert not hasattr(module, "e")  # left as Python leaves a handler
+
+
 # -- 2. the record's life cycle ---------------------------------------------------------------------
 
 

@@ -62,7 +62,8 @@ class Surgery:
     """Replace the vaccinated function by `source` (the whole new `def`), and resume in it.
 
     Execution resumes at the statement of the new source that corresponds to the faulty one, or at
-    the first changed statement of the block that crashed when the fix is further up.
+    the first changed statement earlier in the interrupted iteration when the fix is further up,
+    at any nesting of the faulty statement (`daifu.core.surgery.resume_path`).
     """
 
     source: str

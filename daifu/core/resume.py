@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from daifu.core.blocks import Path, locate, node_at, path_of
+from daifu.core.blocks import Path, locate, node_at, path_of, with_depth
 from daifu.core.compiling import future_flags, make_function, qualified, register_source
 from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.handling import Handling, RepairContext
@@ -427,6 +427,8 @@ class Vaccine:
                     bound.append(self._run_action(step.code, here.version, namespace, live))
                 elif not isinstance(step, (Retry, Patch)):
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
+            if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
+                mode = self._leaving(site, here, mode, namespace)
             if flavour is Flavour.PLAIN and watch is not None:
                 flavour = Flavour.WATCHED
             for plan in plans:  # the snapshot as the continuation receives it (a copy: a refusal loses it)
@@ -465,7 +467,7 @@ class Vaccine:
         self._remember(version, here.path, site, namespace, crash)
         if flavour is Flavour.WATCHED:
             self.helpers.watching = watch
-        return Handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
+        return self._handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
 
     def _run_action(self, code: str, version: Version, namespace: dict[str, Any], live: _Live) -> Undo:
         """Run an action; the module globals it bound, with their old values. `RepairRefused` if it fails.
@@ -483,6 +485,21 @@ class Vaccine:
             return run_action(code, namespace, local_names, globals_, self.flags)
         except ActionFailed as failure:
             raise RepairRefused(str(failure)) from None
+
+    @staticmethod
+    def _leaving(site: Site, here: Site, mode: Mode, namespace: dict[str, Any]) -> Mode:
+        """The mode of a run that a surgery resumes at `here`, above `with` statements in which it
+        crashed (`site`): it exits them first (`Mode.ABOVE`, `Rewriter._leaving`), and the
+        managers of deeper `with` statements, which are not open, are set to `None` for that.
+        `RepairRefused` when a later step would resume it otherwise (a skip): they would never exit."""
+        if mode is not Mode.AT:
+            raise RepairRefused("a skip cannot follow a surgery whose run resumes above the `with` statement "
+                                "it crashed in: that statement would never be exited")
+        open_below = with_depth(site.version.fdef, site.path)
+        for name in here.version.scope.plain_locals:
+            if name.startswith(("@cm", "@ex")) and name[3:].isdigit() and int(name[3:]) >= open_below:
+                namespace[name] = None
+        return Mode.ABOVE
 
     def _retry_mode(self, site: Site, namespace: dict[str, Any]) -> Mode:
         node = site.node
@@ -530,20 +547,25 @@ class Vaccine:
 
         The steps of several plays are checked in order, each surgery against the previous one's version.
         """
-        from daifu.core.decisions import Action, Patch, Plays, SkipIteration, Surgery
+        from daifu.core.decisions import Action, Patch, Plays, Skip, SkipIteration, Surgery
 
-        here, planned = site, 0
+        here, planned, mode = site, 0, Mode.AT
         try:
             for step in decision.steps if isinstance(decision, Plays) else (decision,):
                 if isinstance(step, Surgery):
                     plan = self._plan(step.source, here, len(self.versions) + planned)
                     _compiles(plan.version)  # all of it: a dry run compiles no continuation
-                    here, planned = Site(plan.version, plan.path, site.header), planned + 1
+                    here, planned, mode = Site(plan.version, plan.path, site.header), planned + 1, Mode.AT
                     here.version.rewriter.continuation(here.version.fdef, here.path, Mode.AT)
                 elif isinstance(step, Action):
                     compile(step.code, "<daifu action>", "exec", dont_inherit=True)
                 elif isinstance(step, SkipIteration):
                     here.version.rewriter.continuation(here.version.fdef, here.path, Mode.NEXT_ITERATION)
+                    mode = Mode.NEXT_ITERATION
+                elif isinstance(step, Skip):
+                    mode = Mode.AFTER
+            if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
+                self._leaving(site, here, mode, {})
             if isinstance(decision, Patch):
                 from daifu.core.patch import PatchRefused, check_patch
 
@@ -556,7 +578,7 @@ class Vaccine:
         except CannotResume as refusal:
             return str(refusal)
         except SyntaxError as error:
-            return f"the action does not parse: line {error.lineno}: {error.msg}"
+            return f"the action does not parse: line {error.lineno} of the action: {error.msg}"
         return None
 
     def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None) -> Verdict:
@@ -664,7 +686,12 @@ class Vaccine:
             raise RuntimeError(
                 f"DaiFu could not continue {self.qualname} after the repaired iteration: {error!r}"
             ) from None
-        raise Handover(self._resuming(code, version, namespace, closure, resume_point), namespace)
+        raise self._handover(self._resuming(code, version, namespace, closure, resume_point), namespace)
+
+    def _handover(self, continuation: Any, namespace: dict[str, Any]) -> Handover:
+        """The hand-over to `continuation` with `namespace`; under the prototype's scope model it binds
+        again the module globals the unwinding unbound (`SeedScope.rebind`)."""
+        return Handover(continuation, namespace, rebind=self.seed.rebind if self.seed is not None else None)
 
     def _resuming(self, code: CodeType, version: Version, namespace: dict[str, Any], cells: dict[str, CellType],
                   resume_point: tuple[int] | None) -> Any:

@@ -13,6 +13,7 @@ import textwrap
 from dataclasses import dataclass
 from collections.abc import Collection
 
+from daifu.core.source import parse_function
 from daifu.core.surgery import outside_block, refusals
 from repairbot.protocol import FunctionInfo
 
@@ -39,7 +40,7 @@ def check_action(code: str) -> CheckResult:
     try:
         compile(code, "<daifu action>", "exec", dont_inherit=True)
     except SyntaxError as error:
-        return CheckResult((f"the action does not compile: {error.msg} (line {error.lineno})",))
+        return CheckResult((f"the action does not compile: {error.msg} (line {error.lineno} of the action)",))
     return CheckResult()
 
 
@@ -54,9 +55,9 @@ def check_surgery(
     """
     known = names if names is not None else _outside_names(source)
     reasons = refusals(function.source, function.first_lineno, function.filename, source, function.lineno, known)
-    if not allow_wide and not reasons:
-        old, new = ast.parse(textwrap.dedent(function.source)), ast.parse(textwrap.dedent(source))
-        reasons += outside_block(old.body[0], new.body[0], function.lineno - function.first_lineno + 1)
+    if not allow_wide and not reasons:  # both parse (`refusals` says so), with the file's lines
+        old, new = parse_function(function.source, function.first_lineno), parse_function(source, function.first_lineno)
+        reasons += outside_block(old, new, function.lineno)
     return CheckResult(tuple(reasons))
 
 

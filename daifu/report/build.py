@@ -225,7 +225,7 @@ def _frame(frame: FrameType, lineno: int, values: Any, *, callee: bool, filename
         code=redact(_line(name, lineno, frame), code=True),
         locals=_variables(summarize_namespace(values)),
     )
-    if callee and not result.library:
+    if callee and not result.library and result.own_def:  # a comprehension's source is its function's
         result.source, result.first_lineno = _callee_source(frame)
     return result
 

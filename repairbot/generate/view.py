@@ -338,8 +338,8 @@ def sites(report: CrashReport) -> list[FunctionSite]:
     if f.source:
         found.append(FunctionSite(f.source, f.first_lineno, f.lineno, report.variables, f.qualname, f.kind))
     for frame in reversed(report.frames[1:]):
-        if frame.library or not frame.source or frame.first_lineno is None:
-            continue
+        if frame.library or not frame.source or frame.first_lineno is None or not frame.own_def:
+            continue  # a comprehension's frame: its function's is further up
         if "<locals>" not in frame.qualname and frame.module:
             target = f"sys.modules[{frame.module!r}].{frame.qualname}"
             found.append(FunctionSite(frame.source, frame.first_lineno, frame.lineno, frame.locals, frame.qualname,
