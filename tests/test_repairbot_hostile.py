@@ -378,7 +378,7 @@ def test_openapi_lists_the_error_responses(url: str) -> None:
     paths = httpx.get(f"{url}/openapi.json", timeout=10).json()["paths"]
     for path in ("/v1/suggest", "/v1/diagnose"):
         responses = paths[path]["post"]["responses"]
-        assert {"200", "400", "401", "413", "422", "503"} <= set(responses), (path, sorted(responses))
+        assert {"200", "400", "401", "408", "413", "422", "503"} <= set(responses), (path, sorted(responses))
         assert responses["422"]["content"]["application/json"]["schema"]["$ref"].endswith("ValidationErrorResponse")
     assert "401" in paths["/v1/backends"]["get"]["responses"]
 

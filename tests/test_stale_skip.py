@@ -2,8 +2,8 @@
 
 Skipping `action = pick(state)` leaves `action` holding the previous step's value: the trial (one
 iteration) finishes healthy, and the run goes on to a different result that nothing flags. This is
-what the DLFailureBenchmark's `ext_reinforce_nan_observation` did in automatic mode (running reward
-41 against 60). A bot over real HTTP (`ScriptedBot`) offers only that skip; DaiFu must not apply
+what a REINFORCE program of the DLFailureBenchmark (one NaN observation) once did in automatic mode
+(running reward 41 against 60). A bot over real HTTP (`ScriptedBot`) offers only that skip; DaiFu must not apply
 it, and the run ends with its own exception. The control: a skipped statement that assigns nothing
 (a call made for its effect) is still applied once its trial passes, at most `MAX_SKIPS` times at one site.
 """
