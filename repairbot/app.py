@@ -33,7 +33,8 @@ from loguru import logger
 
 from repairbot.approvals import Approvals, router as pending_router
 from repairbot.admission import Inadmissible, Problem, admit, check_sources, printable
-from repairbot.backends import NAMES, Answer, Backend, UnknownBackend, make_backend
+from repairbot.backends.base import Answer, Backend
+from repairbot.backends.registry import NAMES, UnknownBackend, make_backend
 from repairbot.bounds import MAX_ANSWER, bounded_diagnosis, bounded_suggestions, bounded_transcript, cut
 from repairbot.cache import AnswerCache
 from repairbot.deadline import Cancelled, Deadline, for_request, server_default

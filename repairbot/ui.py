@@ -29,7 +29,7 @@ from fastapi.templating import Jinja2Templates
 from repairbot.approvals import DECIDE_WAIT_S, Approvals, state
 from repairbot.diffs import added, in_context, source_diff
 from repairbot.pending import Conflict, InvalidChoice, PendingRepair, Status, UnknownRepair, describe
-from repairbot.protocol import RepairChoice
+from repairbot.protocol import CHOICES, EDIT_KINDS, PLAIN_CHOICES, RepairChoice
 from repairbot.sessions import COOKIE, Session
 from repairbot.throttle import LoginThrottle
 
@@ -48,7 +48,6 @@ HEADERS = {
     "X-Content-Type-Options": "nosniff",
 }
 FALLBACKS = {"raise": "let the exception go on", "auto": "apply a verified automatic repair, if one passes its trial"}
-CHOICES = ("apply", "reject", "edit", "skip", "skip_iteration", "retry")
 MAX_NAME = 60
 
 
@@ -205,7 +204,7 @@ def _choice(form: dict[str, str], who: str) -> RepairChoice:
     return RepairChoice(
         choice=choice,  # type: ignore[arg-type]  # checked against CHOICES above
         candidate=int(candidate) if candidate.isdigit() else None,
-        kind=kind if choice == "edit" and kind in ("surgery", "action") else None,  # type: ignore[arg-type]
+        kind=kind if choice == "edit" and kind in EDIT_KINDS else None,  # type: ignore[arg-type]
         code=form.get("code", "") if choice == "edit" else "",
         force=form.get("force") == "on",
         by=who,
@@ -282,7 +281,9 @@ def _detail(repair: PendingRepair, session: Session) -> dict[str, Any]:
         "open": repair.status is Status.WAITING,
         "checking": repair.status is Status.PROPOSED,
         "proposed": describe(repair.choice, request) if repair.choice is not None else "",
-        "edit_kind": refused.kind if refused else "surgery",
+        "edit_kind": refused.kind if refused else EDIT_KINDS[0],
+        "edit_kinds": EDIT_KINDS,
+        "plain_choices": list(PLAIN_CHOICES.items()),
         "edit_code": refused.code if refused else (surgeries[0] if surgeries else function.source),
         "events": [(_clock(e.at), e.who, e.text) for e in repair.events],
         "variables": sorted(report.variables.items())[:200],

@@ -1,7 +1,7 @@
 """A crash inside a comprehension, generator expression or lambda is repaired in the function whose
 `def` holds it. Up to Python 3.11 a comprehension runs in a frame of its own (`<listcomp>`), whose
 source `inspect` gives as its function's; since 3.12 it is inlined. Either way the report's site
-(`repairbot.rules.context.Context.site`) is the function: a surgery of the vaccinated function,
+(`repairbot.rules.context.ReportView.site`) is the function: a surgery of the vaccinated function,
 a patch of a callee's method, never a patch of `<listcomp>`."""
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ for _package in BOT:
 import daifu
 from daifu.report.build import build_report
 from repairbot.generate.view import sites
-from repairbot.llm_answer import read_reply
+from repairbot.llm_check import read_reply
 from repairbot.protocol import CrashReport
-from repairbot.rules.context import Context
+from repairbot.rules.context import ReportView
 
 ROWS = '''\
 class CsvRows:
@@ -98,7 +98,7 @@ def test_a_fix_of_the_method_holding_a_comprehension_that_crashed_is_a_patch_of_
         nested = [f for f in report.frames if f.function == "<listcomp>"]
         assert all(f.source is None for f in nested)  # a comprehension's frame carries no source of its own
         for shown in (report, as_a_3_11_client_sends_it(report)):
-            context = Context(shown)
+            context = ReportView(shown)
             assert (context.site.qualname, context.at_function) == ("CsvRows.__getitem__", False)
             assert context.callee_target() == "sys.modules['csvrows'].CsvRows.__getitem__"
             assert [s.target for s in sites(shown)] == [None, "sys.modules['csvrows'].CsvRows.__getitem__"]
@@ -130,11 +130,11 @@ def test_a_comprehension_of_the_vaccinated_function_is_repaired_by_a_surgery_of_
                 out.append([int(cell) for cell in line.split(",")])
             return out
     """)
-    contexts: list[Context] = []
+    contexts: list[ReportView] = []
 
     def policy(crash: daifu.Crash) -> daifu.Decision:
         report = build_report(crash)
-        contexts.append(Context(report))
+        contexts.append(ReportView(report))
         return daifu.Surgery(crash.source.replace("int(cell)", "int(cell) if cell.isdigit() else 0"))
 
     daifu.set_policy(policy)

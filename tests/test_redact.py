@@ -20,7 +20,8 @@ for _package in BOT:
 
 import daifu
 from daifu.cli import main as cli
-from daifu.decide.automatic import RECORD_NAME, restored
+from daifu.decide.automatic import RECORD_NAME
+from daifu.decide.candidates import restored
 from daifu.core.decisions import Surgery
 from daifu.report.redact import (
     has_placeholder,

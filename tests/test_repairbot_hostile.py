@@ -30,7 +30,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import httpx
-from repairbot.backends import Answer, RulesBackend
+from repairbot.backends.base import Answer
+from repairbot.backends.rules import RulesBackend
 from repairbot.bounds import MAX_SUGGESTIONS, MAX_WHOLE_DEFS
 from repairbot.server import is_loopback, start_in_thread
 from tests.hostilefixtures import base_report, huge_message_report, many_floats_report

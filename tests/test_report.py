@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,8 +85,8 @@ def deep(n, payload):
 
 def test_reports_stay_within_their_bound() -> None:
     crash = crash_from(deep, 300, ["y" * 250] * 100)
-    crash.source += "# padding\n" * 40_000
-    crash.locals = {**crash.locals, **{f"extra{i}": "y" * 10_000 for i in range(300)}}
+    crash = replace(crash, source=crash.source + "# padding\n" * 40_000,
+                    locals={**crash.locals, **{f"extra{i}": "y" * 10_000 for i in range(300)}})
     report = build_report(crash)
     assert len(report.model_dump_json().encode()) <= MAX_REPORT_BYTES
     assert report.truncated and report.frames[-1].code == 'raise ValueError("bottom")'

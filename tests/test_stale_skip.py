@@ -24,7 +24,7 @@ for _package in BOT:
 
 import daifu
 from daifu.core.trial import unavailable
-from daifu.decide.automatic import MAX_SKIPS
+from daifu.decide.candidates import MAX_SKIPS
 from daifu.state import RUN
 from repairbot.protocol import Suggestion
 from tests.botfixtures import ScriptedBot, served_scripted_bot
@@ -108,7 +108,8 @@ def test_skips_at_one_site_are_bounded(skipping: int) -> None:
 
 def test_code_outside_the_allowlist_is_not_run_before_a_person_chooses(tmp_path: Path) -> None:
     from daifu.config import settings
-    from daifu.decide.automatic import candidates, tried_for_a_person
+    from daifu.decide.candidates import candidates
+    from daifu.decide.verify import Verification
 
     suggestions = [
         Suggestion(kind="action", code="import subprocess\nstate = 0.0", explanation="outside the allowlist",
@@ -118,7 +119,8 @@ def test_code_outside_the_allowlist_is_not_run_before_a_person_chooses(tmp_path:
     seen: dict[str, list] = {}
 
     def policy(crash):
-        options = tried_for_a_person(crash, candidates(crash, suggestions), settings())
+        stage = Verification(crash, settings())
+        options = stage.for_a_person(candidates(stage, suggestions))
         seen["options"] = [(c.suggestion.code, bool(c.unsafe), c.verdict is not None) for c in options]
         return daifu.Skip()
 

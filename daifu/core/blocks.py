@@ -172,17 +172,3 @@ def _first_line(node: ast.AST) -> int:
 
 def _last_line(node: ast.AST) -> int:
     return node.end_lineno or node.lineno  # type: ignore[attr-defined,no-any-return]
-
-
-def assigned_names(node: ast.AST) -> set[str]:
-    """Names a statement (or a loop header's target) binds, not counting nested scopes."""
-    names: set[str] = set()
-    todo: list[ast.AST] = [node]
-    while todo:
-        current = todo.pop()
-        if isinstance(current, ast.Name) and isinstance(current.ctx, (ast.Store, ast.Del)):
-            names.add(current.id)
-        for child in ast.iter_child_nodes(current):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                todo.append(child)
-    return names

@@ -8,8 +8,9 @@ exits, and its own generated code then runs the continuation — and any further
 one after the other, so the stack does not grow with each crash.
 
 The runtime knows nothing of who decides or where repairs are recorded: the layers above give it a
-`Handling` (see `daifu.vaccinate`). It can also try a decision without carrying it out: in a
-sandboxed copy of the process (`daifu.core.trial`), through the very same resume path.
+`Handling` (`daifu.core.handling`; `daifu.vaccinate` gives one). It can also try a decision without
+carrying it out: in a sandboxed copy of the process (`daifu.core.trial`), through the very same
+resume path.
 
 Under the prototype's scope model (`transform(globals())`, `daifu.core.seedscope`) the function
 vaccinated here is the *body* behind the user's function: its variables are module globals, which
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import ast
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 import sys
@@ -30,13 +31,15 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of, with_depth
+from daifu.core.blocks import Path, locate, node_at, path_of, with_depth
 from daifu.core.compiling import future_flags, make_function, qualified, register_source
 from daifu.core.guard import Handover, is_passed, mark_passed
+from daifu.core.handling import Handling, RepairContext
 from daifu.core.helpers import Helpers
 from daifu.core.locate import column, raising_instruction
+from daifu.core.names import bound_names
 from daifu.core.rewrite import CannotResume, Flavour, Mode
 from daifu.core.version import Version, build_version
 
@@ -53,32 +56,6 @@ if TYPE_CHECKING:
 
 class RepairRefused(Exception):
     """A decision that cannot be carried out; the crash is offered again, state untouched."""
-
-
-class RepairEntry(Protocol):
-    """The record of one repair, as the runtime reports its progress to it."""
-
-    extra: dict[str, Any]
-
-    def decided(self, decision: Decision, decided_by: str) -> None: ...
-
-    def refused(self, decision: Decision, decided_by: str, reason: str) -> None: ...
-
-    def resumed(self, started: float) -> None: ...
-
-    def failed(self, decided_by: str) -> None: ...
-
-
-class Handling(Protocol):
-    """What the runtime needs from the layers above: a decision for a crash, and a record of it."""
-
-    def decide(self, crash: Crash) -> tuple[Decision, str]: ...
-
-    def begin(self, crash: Crash) -> RepairEntry: ...
-
-    def note(self, text: str) -> None: ...
-
-    def max_attempts(self, crash: Crash) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -101,7 +78,7 @@ class _Progress:
 
     fingerprint: dict[str, int]
     attempt: int
-    tried: list[tuple[str, str]]
+    tried: Sequence[tuple[str, str]]
 
 
 class _Invocation:
@@ -335,11 +312,14 @@ class Vaccine:
         node, header = found
         return Site(version, path_of(node), header)
 
-    def _describe(self, error: BaseException, frame: FrameType, live: _Live) -> Crash:
+    def _describe(self, error: BaseException, frame: FrameType, live: _Live, tried: list[tuple[str, str]]) -> Crash:
+        """The crash as the layers above see it; `tried` is this site's account of what was tried, which
+        the runtime (and a decider, through its `RepairContext`) adds to while the crash is offered."""
         from daifu.core.crash import Crash
 
         site = live.site
         node = site.node
+        previous = self._previous(site, live.namespace)
         crash = Crash(
             exception=error,
             function_name=self.name,
@@ -351,33 +331,35 @@ class Vaccine:
             statement=site.version.statement_text(node, header_only=site.header),
             kind=_kind(node) if site.header else "statement",
             locals=MappingProxyType(_user_view(live.namespace)),
-            attempt=1,
+            attempt=previous.attempt + 1 if previous is not None else 1,
             frame=frame,
+            tried=tried,
             check=lambda decision: self.check(decision, site),
+            trial=lambda decision, seconds=None: self.trial(decision, crash, live, seconds),
             globals=frame.f_globals,
         )
-        crash.trial = lambda decision, seconds=None: self.trial(decision, crash, live, seconds)
-        previous = self._previous(site, live.namespace)
         if previous is not None:
-            crash.attempt, crash.tried = previous.attempt + 1, list(previous.tried)
+            tried.extend(previous.tried)
         return crash
 
     def _repair(self, error: BaseException, frame: FrameType, live: _Live, crashed_at: float) -> Handover | None:
         """Ask for decisions until one can be carried out; `None` means give up (Raise)."""
         from daifu.core.decisions import Raise
 
-        crash = self._describe(error, frame, live)
+        tried: list[tuple[str, str]] = []
+        crash = self._describe(error, frame, live, tried)
         handling = self.handling
-        limit = handling.max_attempts(crash)
+        settings = handling.settings()
+        limit = settings.max_attempts
         if crash.attempt > limit:
             handling.note(f"{self.qualname}: {crash.attempt - 1} repairs at line {crash.lineno} made no progress; raising")
             return None
-        entry = handling.begin(crash)
-        crash.entry = entry
+        entry = handling.begin(crash, settings)
+        context = RepairContext(settings, entry, tried)
         for _offer in range(limit + 1):
-            decision, decided_by = handling.decide(crash)
-            if crash.edited_locals is not None:
-                edited = {k: v for k, v in dict(crash.edited_locals).items() if k not in _TEMPORARIES}
+            decision, decided_by = handling.decide(crash, context)
+            if context.edited_locals is not None:
+                edited = {k: v for k, v in dict(context.edited_locals).items() if k not in _TEMPORARIES}
                 live.namespace = {**live.shared, **edited, "@call": live.namespace["@call"]}
             if isinstance(decision, Raise):
                 entry.failed(decided_by)
@@ -385,11 +367,11 @@ class Vaccine:
             collecting = gc.isenabled()
             gc.disable()  # no full collection inside the restore window: it is paused until the run resumes
             try:
-                handover = self._prepare(decision, crash, live.copy())
+                handover = self._prepare(decision, crash, live.copy(), watch=context.watch)
             except RepairRefused as refusal:
                 if collecting:
                     gc.enable()
-                crash.tried.append((repr(decision), f"refused: {refusal}"))
+                tried.append((repr(decision), f"refused: {refusal}"))
                 entry.refused(decision, decided_by, str(refusal))
                 continue
             except BaseException:
@@ -398,8 +380,8 @@ class Vaccine:
                 raise
             handover.collecting = collecting
             entry.decided(decision, decided_by)
-            if all(tried[0] != repr(decision) for tried in crash.tried):
-                crash.tried.append((repr(decision), f"applied ({decided_by})"))  # a repeat of this crash will say so
+            if all(done[0] != repr(decision) for done in tried):
+                tried.append((repr(decision), f"applied ({decided_by})"))  # a repeat of this crash will say so
             handover.started = crashed_at
             handover.entry = entry
             return handover
@@ -408,8 +390,10 @@ class Vaccine:
 
     # -- carrying out a decision ------------------------------------------------------------
 
-    def _prepare(self, decision: Decision, crash: Crash, live: _Live, flavour: Flavour = Flavour.PLAIN) -> Handover:
-        """The hand-over that resumes the run with `decision` carried out on `live`.
+    def _prepare(self, decision: Decision, crash: Crash, live: _Live, flavour: Flavour = Flavour.PLAIN,
+                 watch: Callable[[FrameType], bool] | None = None) -> Handover:
+        """The hand-over that resumes the run with `decision` carried out on `live` (the iterations after
+        it watched by `watch`, if a decider set one).
 
         The steps of several plays (`Plays`) are carried out in order on one namespace: each action
         on what the previous steps left, each surgery validated against the version the previous
@@ -445,7 +429,7 @@ class Vaccine:
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
             if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
                 mode = self._leaving(site, here, mode, namespace)
-            if flavour is Flavour.PLAIN and crash.watch is not None:
+            if flavour is Flavour.PLAIN and watch is not None:
                 flavour = Flavour.WATCHED
             for plan in plans:  # the snapshot as the continuation receives it (a copy: a refusal loses it)
                 plan.carry(namespace)
@@ -482,7 +466,7 @@ class Vaccine:
             namespace.update(self.seed.view())
         self._remember(version, here.path, site, namespace, crash)
         if flavour is Flavour.WATCHED:
-            self.helpers.watching = crash.watch
+            self.helpers.watching = watch
         return self._handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
 
     def _run_action(self, code: str, version: Version, namespace: dict[str, Any], live: _Live) -> Undo:
@@ -727,9 +711,9 @@ class Vaccine:
         node = site.node
         own = self._bound.get(node)
         if own is None:  # the names a statement binds never change: found once per statement
-            own = assigned_names(node.target) if site.header and _kind(node) == "for" else set()
+            own = bound_names(node.target, imports=False) if site.header and _kind(node) == "for" else set()
             if not site.header:
-                own = assigned_names(node)
+                own = bound_names(node, imports=False)
             self._bound[node] = own
         return {k: id(v) for k, v in namespace.items() if k not in own and not k.startswith("@")}
 

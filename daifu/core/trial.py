@@ -45,9 +45,7 @@ from daifu import config
 from daifu.core import health, isolate, sandbox, trial_memory
 
 _DAIFU = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_SECONDS = 5.0
 RETURNED = "the function returned"
-"""A trial's time budget unless configured (`DAIFU_TRIAL_SECONDS`)."""
 
 
 class Outcome(str, Enum):
@@ -167,7 +165,8 @@ View = Callable[[FrameType | None], Mapping[str, Any]]
 
 def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view: View,
         seconds: float | None = None) -> Verdict:
-    """Try `decision` (carried out by `body`) in a sandboxed copy of this process.
+    """Try `decision` (carried out by `body`) in a sandboxed copy of this process, within `seconds`
+    (by default the configured `trial_seconds`).
 
     `watched` are the values whose health the verdict reports (the crashed frame's locals, the
     globals its function uses); `view(frame)` gives the same at the end of the trial.
@@ -175,7 +174,7 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
     reason = unavailable()
     if reason is not None:
         return Verdict(Outcome.UNAVAILABLE, detail=reason)
-    budget = seconds if seconds is not None else _configured_seconds()
+    budget = seconds if seconds is not None else config.settings().trial_seconds
     before = health.inventory(watched)
     need = trial_memory.estimate(before, watched)
     room = trial_memory.allowance(config.settings().trial_memory)
@@ -208,13 +207,6 @@ def _too_large(need: trial_memory.Estimate, room: trial_memory.Allowance) -> str
     size = trial_memory.size
     return (f"memory: the trial may need {size(need.total)} (trained state {size(need.rewritten)}, new gradients "
             f"{size(need.created)}, margin {size(need.margin)}), and {size(max(room.bytes, 0))} is {room.source}")
-
-
-def _configured_seconds() -> float:
-    try:
-        return float(os.environ.get("DAIFU_TRIAL_SECONDS", DEFAULT_SECONDS))
-    except ValueError:
-        return DEFAULT_SECONDS
 
 
 def _wait(pid: int, pipe: int, capture: Any, started: float, fork_ms: float, budget: float) -> Verdict:

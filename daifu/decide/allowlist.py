@@ -35,8 +35,9 @@ be a user function on the crash's stack.
 This is the static layer; the trial sandbox (issue 17) is the dynamic one. Values the code computes
 from the user's state (a `range(n)` over a huge `n`) are bounded by that state, not here.
 
-The tables are in `daifu.allowlist_tables`, the walk over the code in `daifu.allowlist_check`, and
-what the live frame tells (modules, callables, containers) in `daifu.allowlist_context`.
+The tables are in `daifu.decide.allowlist_tables`, the walk over the code in
+`daifu.decide.allowlist_check`, and what the live frame tells (modules, callables, containers) in
+`daifu.decide.allowlist_context`.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from daifu.decide.allowlist_tables import (
     STRING_METHODS,
     VALUES,
 )
-from daifu.decide.suggestions import Verdict
+from daifu.decide.suggestions import CheckResult
 
 __all__ = [
     "BUILTINS",
@@ -100,7 +101,7 @@ class SuggestionLike(Protocol):
     def target(self) -> str | None: ...
 
 
-def check_suggestion(suggestion: SuggestionLike, context: Context, code: str | None = None) -> Verdict:
+def check_suggestion(suggestion: SuggestionLike, context: Context, code: str | None = None) -> CheckResult:
     """Whether `suggestion` may be applied without a person; `code` overrides its code (a restored surgery)."""
     text = suggestion.code if code is None else code
     if suggestion.kind == "surgery":
@@ -109,45 +110,45 @@ def check_suggestion(suggestion: SuggestionLike, context: Context, code: str | N
         return check_patch_safety(text, suggestion.target or "", context)
     if suggestion.kind == "action":
         return check_safety(text, context)
-    return Verdict()
+    return CheckResult()
 
 
-def check_safety(code: str, context: Context | None = None) -> Verdict:
+def check_safety(code: str, context: Context | None = None) -> CheckResult:
     """Whether action `code` stays inside the allowlisted language (module docstring) in `context`."""
     tree = parse_code(code, "the action")
     if isinstance(tree, str):
-        return Verdict((tree,))
+        return CheckResult((tree,))
     return _verdict(tree.body, context or Context(), deletable=_stores(tree.body), parameters=frozenset())
 
 
-def check_surgery_safety(source: str, context: Context) -> Verdict:
+def check_surgery_safety(source: str, context: Context) -> CheckResult:
     """Whether a surgery's new `def` changes only body statements, and those stay inside the allowlist."""
     return _check_def(source, context.source, context, "the surgery")
 
 
-def check_patch_safety(source: str, target: str, context: Context) -> Verdict:
+def check_patch_safety(source: str, target: str, context: Context) -> CheckResult:
     """Whether a `patch_function` reaches a user function on the stack and changes it as a surgery may."""
     callee = context.callees.get(target)
     if callee is None:
-        return Verdict((f"its target {target!r} is not a user function on the crash's stack",))
+        return CheckResult((f"its target {target!r} is not a user function on the crash's stack",))
     return _check_def(source, callee.source, callee, "the patch")
 
 
-def _check_def(source: str, running: str, context: Context, what: str) -> Verdict:
+def _check_def(source: str, running: str, context: Context, what: str) -> CheckResult:
     new = _one_def(source, what)
     if isinstance(new, str):
-        return Verdict((new,))
+        return CheckResult((new,))
     old = _one_def(running, "the running function") if running else None
     old_def = old if isinstance(old, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
     if old_def is not None and _header(old_def) != _header(new):
-        return Verdict(
+        return CheckResult(
             (
                 f"line {new.lineno}: {what} changes the def line (name, decorators, parameters, defaults or "
                 "annotations); only its body may change without a person",
             )
         )
     if isinstance(new, ast.AsyncFunctionDef):
-        return Verdict((f"line {new.lineno}: an async function cannot be changed without a person",))
+        return CheckResult((f"line {new.lineno}: an async function cannot be changed without a person",))
     changed = list(changed_statements(old_def.body if old_def else [], new.body))
     parameters = frozenset(
         a.arg
@@ -195,14 +196,14 @@ def _stores(statements: list[ast.stmt]) -> frozenset[str]:
 
 def _verdict(
     statements: list[ast.stmt], context: Context, *, deletable: frozenset[str], parameters: frozenset[str]
-) -> Verdict:
+) -> CheckResult:
     checker = Checker(context, statements, deletable, parameters)
     try:
         for statement in statements:
             checker.statement(statement)
     except RecursionError:
         checker.refuse(statements[0] if statements else None, "the code is nested too deeply to check")
-    return Verdict(tuple(dict.fromkeys(checker.reasons)))
+    return CheckResult(tuple(dict.fromkeys(checker.reasons)))
 
 
 # -- which statements of a surgery changed -----------------------------------------------------------

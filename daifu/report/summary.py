@@ -4,7 +4,7 @@ A crash report travels to the repair bot and may be shown or stored, so a summar
 whole value: a tensor is described by shape, dtype and device, a model by class and size, a
 container by length and a few items. Secrets are kept out by name (a variable called `api_key`),
 by key (a dict entry under `"Authorization"`, a copy of the environment) and by value
-(`daifu.redact`, on every text and string fact). Each summary is a short text plus a few `facts` (plain
+(`daifu.report.redact`, on every text and string fact). Each summary is a short text plus a few `facts` (plain
 JSON values) that the rules engine reads without parsing the text.
 
 PyTorch is looked at only when the user's program already imported it, so DaiFu runs without it.

@@ -21,7 +21,7 @@ from repairbot.protocol import Culprit, Suggestion
 from repairbot.rules.edit import Transform, edit_statement, tokens, wrap_name
 from repairbot.signs import wait_code
 
-__all__ = ["Context", "Finding", "present", "retry", "search", "skip", "wait_code"]
+__all__ = ["ReportView", "Finding", "present", "retry", "search", "skip", "wait_code"]
 
 
 MAX_NAMES = 16
@@ -38,16 +38,16 @@ class Finding:
 
 
 @dataclass
-class Context:
+class ReportView:
     """One crash report, seen from the site to repair."""
 
     report: CrashReport
     outermost: bool = False
     """Whether to see the crash from the vaccinated function even when a callee is at fault."""
 
-    def outer(self) -> Context:
+    def outer(self) -> ReportView:
         """The same crash seen from the vaccinated function, where actions run."""
-        return Context(self.report, outermost=True)
+        return ReportView(self.report, outermost=True)
 
     @cached_property
     def message(self) -> str:

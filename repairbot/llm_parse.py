@@ -5,7 +5,7 @@ before it, write Python dicts with single quotes, answer through a tool call, gi
 90 or "high", and label a kind in their own words. This module finds the object in the text and
 reads each suggestion on its own into a `Proposal`, so one malformed item is dropped (with the
 reason) and never costs the others. What a proposal's code does to the crashed function is
-checked later, against the report (`repairbot.llm_answer`).
+checked later, against the report (`repairbot.llm_check`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ MAX_PROPOSALS = 6
 
 _THINK = re.compile(r"<(think|thinking|reasoning|reflection)>.*?(</\1>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+MODEL_KINDS = ("edit", "action", "retry", "skip")
+"""The kinds of repair a model is asked for: the prompt lists them (`$kinds` in `prompts/repair.txt`), the
+reply's schema allows them. Each is read as a proposal of its own kind; `function` (a whole new `def`)
+is read too, from the words models use for it. `repairbot.llm_check` makes each a protocol `Suggestion`
+(`edit` and `function` a surgery, or a patch of the callee)."""
 _KINDS = {
     "edit": "edit",
     "line_edit": "edit",

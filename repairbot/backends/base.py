@@ -1,9 +1,5 @@
-"""Backends answer a crash report with a diagnosis and suggestions; the server picks one by name.
-
-`rules` is embedded, offline and deterministic; `openai` asks an OpenAI-compatible model and
-adds the rules engine's suggestions to the model's, standing in for the model entirely, and
-saying why, whenever it fails or answers nothing usable.
-"""
+"""What a backend is and what it answers: the `Backend` protocol, its `Answer`, and how two lists of
+suggestions are merged (a model's and the rules engine's)."""
 
 from __future__ import annotations
 
@@ -14,10 +10,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from repairbot.bounds import MAX_SUGGESTIONS
-from repairbot.protocol import CrashReport
 from repairbot.deadline import Deadline
-from repairbot.protocol import BackendInfo, Diagnosis, Exchange, Suggestion, Transcript
-from repairbot.rules import analyse
+from repairbot.protocol import BackendInfo, CrashReport, Diagnosis, Exchange, Suggestion, Transcript
 
 NO_QUESTIONS = (
     "The rules engine answers no free-form questions: its diagnosis and suggestions are all it can say "
@@ -73,54 +67,6 @@ class Backend(Protocol):
     ) -> Answer: ...
 
     def info(self) -> BackendInfo: ...
-
-
-class UnknownBackend(ValueError):
-    """A backend name the server does not know; the message lists those it does."""
-
-
-class RulesBackend:
-    """The embedded knowledge base of deep-learning crash patterns (`repairbot.rules`)."""
-
-    name = "rules"
-
-    def diagnose(
-        self,
-        report: CrashReport,
-        deadline: Deadline | None = None,
-        *,
-        question: str | None = None,
-        conversation: Sequence[Exchange] = (),
-    ) -> Answer:
-        return Answer(analyse(report)[0], [], self.name, answer=NO_QUESTIONS if question else None)
-
-    def suggest(
-        self,
-        report: CrashReport,
-        deadline: Deadline | None = None,
-        *,
-        question: str | None = None,
-        conversation: Sequence[Exchange] = (),
-    ) -> Answer:
-        diagnosis, suggestions = analyse(report)
-        return Answer(diagnosis, suggestions, self.name, answer=NO_QUESTIONS if question else None)
-
-    def info(self) -> BackendInfo:
-        return BackendInfo(name=self.name, available=True, detail="embedded, offline, deterministic")
-
-
-NAMES = ("rules", "openai")
-
-
-def make_backend(name: str) -> Backend:
-    """A new backend by name, configured from the environment."""
-    if name == "rules":
-        return RulesBackend()
-    if name == "openai":
-        from repairbot.openai_backend import OpenAIBackend
-
-        return OpenAIBackend()
-    raise UnknownBackend(f"Backend {name!r} is unknown; known backends: {', '.join(NAMES)}.")
 
 
 def merge(model: list[Suggestion], rules: list[Suggestion]) -> list[Suggestion]:

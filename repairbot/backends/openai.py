@@ -43,10 +43,10 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from repairbot.protocol import CrashReport
-from repairbot.backends import NO_QUESTIONS, Answer, merge
+from repairbot.backends.base import NO_QUESTIONS, Answer, merge
 from repairbot.deadline import Cancelled, Deadline, server_default
-from repairbot.llm_answer import Reading, read_reply
-from repairbot.llm_reply import ReplyError, read_object
+from repairbot.llm_check import Reading, read_reply
+from repairbot.llm_parse import MODEL_KINDS, ReplyError, read_object
 from repairbot.prompts import PromptError, messages
 from repairbot.protocol import CATEGORIES
 from repairbot.protocol import BackendInfo, ChatMessage, Diagnosis, Exchange, Suggestion, Transcript, Usage
@@ -130,7 +130,7 @@ def reply_schema(answer: bool = False) -> dict[str, Any]:
         "additionalProperties": False,
         "required": ["kind", "function", "start_line", "end_line", "new_code", "code", "explanation", "confidence"],
         "properties": {
-            "kind": {"type": "string", "enum": ["edit", "action", "retry", "skip"]},
+            "kind": {"type": "string", "enum": list(MODEL_KINDS)},
             "function": nullable("string"),
             "start_line": nullable("integer"),
             "end_line": nullable("integer"),

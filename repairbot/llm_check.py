@@ -1,6 +1,6 @@
 """A model's reply, checked against the crash: the diagnosis and the repairs the service can stand behind.
 
-Each proposal read by `repairbot.llm_reply` is turned into a protocol `Suggestion` here, or
+Each proposal read by `repairbot.llm_parse` is turned into a protocol `Suggestion` here, or
 dropped with the reason: a line-range edit or a whole function becomes the full new `def` of the
 function it changes (a surgery of the paused function, or a patch of the callee where the crash
 happened), built by the service from the current source; an action gets the imports it forgot;
@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repairbot.protocol import CrashReport, Frame
-from repairbot.backends import canonical
+from repairbot.backends.base import canonical
 from repairbot.llm_code import (
     CodeError,
     Function,
     apply_diff,
     apply_edit,
-    assigned,
     clean,
     import_in_action,
     import_in_lines,
@@ -34,10 +33,11 @@ from repairbot.llm_code import (
     problems,
     whole_function,
 )
-from repairbot.llm_reply import Proposal, read_object, read_proposals
+from repairbot.names import bound_names
+from repairbot.llm_parse import Proposal, read_object, read_proposals
 from repairbot.protocol import CATEGORIES
 from repairbot.protocol import Culprit, Diagnosis, Suggestion
-from repairbot.rules.context import Context
+from repairbot.rules.context import ReportView
 
 STALE_SKIP_CONFIDENCE = 0.2
 """A skip that leaves a value stale ranks below any fix: it trains on nothing, silently."""
@@ -58,7 +58,7 @@ class Reading:
 
 
 @dataclass(frozen=True)
-class _Site:
+class _Editable:
     """A function an edit may change, and the kind of repair that changes it."""
 
     function: Function
@@ -68,7 +68,7 @@ class _Site:
 
 
 def read_reply(report: CrashReport, text: str) -> Reading:
-    """The diagnosis and suggestions in a reply's text; raises `llm_reply.ReplyError` if it holds no answer."""
+    """The diagnosis and suggestions in a reply's text; raises `llm_parse.ReplyError` if it holds no answer."""
     answer = read_object(text)
     proposals, notes = read_proposals(answer)
     dropped = len(notes)
@@ -99,23 +99,23 @@ def read_reply(report: CrashReport, text: str) -> Reading:
     return Reading(diagnosis, ranked, notes, dropped, words)
 
 
-def _sites(report: CrashReport) -> list[_Site]:
+def _sites(report: CrashReport) -> list[_Editable]:
     """The paused function, and the user function below it where the crash happened (if any)."""
     f = report.function
     sites = [
-        _Site(
+        _Editable(
             Function(f.name, f.qualname, f.filename, f.source, f.first_lineno),
             "surgery",
             None,
             frozenset(report.variables),
         )
     ]
-    ctx = Context(report)
+    ctx = ReportView(report)
     if not ctx.at_function:
         site = ctx.site
         reachable = bool(site.module) and "<locals>" not in site.qualname
         sites.append(
-            _Site(
+            _Editable(
                 Function(
                     site.function,
                     site.qualname or site.function,
@@ -131,7 +131,7 @@ def _sites(report: CrashReport) -> list[_Site]:
     return sites
 
 
-def _suggestion(report: CrashReport, sites: list[_Site], p: Proposal) -> tuple[Suggestion, list[str]]:
+def _suggestion(report: CrashReport, sites: list[_Editable], p: Proposal) -> tuple[Suggestion, list[str]]:
     common: dict[str, Any] = {"explanation": p.explanation, "confidence": p.confidence, "origin": "model"}
     if p.kind == "retry":
         return Suggestion(kind="retry", **common), []
@@ -168,7 +168,7 @@ def _suggestion(report: CrashReport, sites: list[_Site], p: Proposal) -> tuple[S
     return Suggestion(kind="surgery", code=new, **common), changes
 
 
-def _site_of(sites: list[_Site], p: Proposal, code: str) -> _Site:
+def _site_of(sites: list[_Editable], p: Proposal, code: str) -> _Editable:
     """The function a proposal changes: by the name it gives, else by its lines, else by the def it holds."""
     if p.function:
         named = [
@@ -190,7 +190,7 @@ def _site_of(sites: list[_Site], p: Proposal, code: str) -> _Site:
     raise CodeError(f"the code defines {', '.join(f'`{d}`' for d in defined) or 'no function'}, not {_names(sites)}")
 
 
-def _apply_diff(sites: list[_Site], p: Proposal, diff: str) -> tuple[_Site, str]:
+def _apply_diff(sites: list[_Editable], p: Proposal, diff: str) -> tuple[_Editable, str]:
     """The function a diff applies to (the one it names first, else the first it fits) and the result."""
     named = [s for s in sites if p.function and p.function in (s.function.qualname, s.function.name)]
     errors = []
@@ -216,13 +216,13 @@ def _head(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     return [ast.dump(part) if part is not None else "" for part in parts]
 
 
-def _outside(sites: list[_Site], p: Proposal) -> str:
+def _outside(sites: list[_Editable], p: Proposal) -> str:
     span = f"line {p.start_line}" if p.start_line == p.end_line else f"lines {p.start_line}–{p.end_line}"
     target = f" of `{p.function}`" if p.function else ""
     return f"{span}{target} are outside " + " and ".join(s.function.where for s in sites)
 
 
-def _names(sites: list[_Site]) -> str:
+def _names(sites: list[_Editable]) -> str:
     return " or ".join(f"`{s.function.name}`" for s in sites)
 
 
@@ -243,7 +243,7 @@ def _edit_place(fn: Function, start: int, end: int, new_code: str) -> Callable[[
     return place
 
 
-def _with_imports(code: str, site: _Site, changes: list[str], add: Callable[[str, dict[str, str]], str]) -> str:
+def _with_imports(code: str, site: _Editable, changes: list[str], add: Callable[[str, dict[str, str]], str]) -> str:
     known = set(site.locals) | set(re.findall(r"[A-Za-z_]\w*", site.function.source))
     modules = missing_modules(code, known)
     if not modules:
@@ -264,7 +264,7 @@ def _action(report: CrashReport, code: str, changes: list[str], common: dict[str
     if re.match(r"\s*(@|(async\s+)?def\s|class\s)", code):
         raise CodeError("the action defines a function instead of running statements")
     f = report.function
-    site = _Site(
+    site = _Editable(
         Function(f.name, f.qualname, f.filename, f.source, f.first_lineno), "action", None, frozenset(report.variables)
     )
     code = _with_imports(code, site, changes, import_in_action)
@@ -296,7 +296,7 @@ def stale_after_skip(report: CrashReport) -> dict[str, list[int]]:
         tree = ast.parse(textwrap.dedent(f.source))
     except SyntaxError:
         return {}
-    names = assigned(statement)
+    names = bound_names(statement, nested=True)
     own = set(range(f.lineno, f.lineno + f.statement.rstrip("\n").count("\n") + 1))
     readers: dict[str, list[int]] = {}
     for node in ast.walk(tree):
