@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", action="append", choices=sorted(cases.SCENARIOS), help="repeatable")
     parser.add_argument("--set", action="append", choices=cases.SETS,
                         help="tuned (the 36 cases the rules were written with), holdout (written blind to them), "
-                             "external (public programs adapted), blind1 and blind2 (real reports, written blind "
-                             "to the bot); repeatable")
+                             "realistic (full-sized programs of common model families), blind1 and blind2 "
+                             "(real reports, written blind to the bot); repeatable")
     parser.add_argument("--quick", action="store_true",
                         help="the CI subset, with fewer repeats (under 3 minutes); with --case or --set, only "
                              "the fewer repeats")

@@ -17,8 +17,11 @@
                                                           alongside;
                                                "holdout"  cases written afterwards without looking at
                                                           the rules (README: "The three sets");
-                                               "external" public PyTorch training programs adapted,
-                                                          with one injected bug each;
+                                               "realistic" full-sized training programs written for
+                                                          the benchmark in the shape of common
+                                                          model families (argparse options, model
+                                                          classes, epochs, evaluation, checkpoints),
+                                                          one bug each;
                                                "blind1", "blind2" crashes real users reported,
                                                           written blind to the bot, their right
                                                           repair and harm checks fixed before any
@@ -49,7 +52,7 @@ SCENARIOS = {
     "nondeterministic": "non-deterministic runtime error",
     "large_model": "larger model, fault mid-training",
 }
-SETS = ("tuned", "holdout", "external", "blind1", "blind2")
+SETS = ("tuned", "holdout", "realistic", "blind1", "blind2")
 BLIND_SETS = ("blind1", "blind2")
 """Sets whose first automatic run is their figure: only a selection that names them (`--set`, `--case`) runs them."""
 

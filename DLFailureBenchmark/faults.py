@@ -8,8 +8,9 @@
   it estimates each forward pass's activations and raises the exception PyTorch raises on a GPU,
   `torch.OutOfMemoryError`, with the message the CUDA caching allocator writes, when they do not
   fit — or when another process holds the memory (`hold_by_other_process`).
-- `busy_device(...)`: `Tensor.to` raises "CUDA-capable device(s) is/are busy or unavailable" for a
-  while, as when another job holds a GPU in exclusive-process mode.
+- `BusyDevice(...)`: `Tensor.to` raises "CUDA-capable device(s) is/are busy or unavailable" for a
+  while, as when another job holds a GPU in exclusive-process mode (`device_busy`, the error, also
+  serves `flaky` for a program that counts only its own transfers).
 
 The faults are the environment of a run, not its code: a restarted process (the checkpoint-retry
 baseline) meets none of them, which `DLFB_NO_FAULTS=1` says.
@@ -150,6 +151,14 @@ def ecc_error() -> RuntimeError:
         "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
 
 
+def device_busy() -> RuntimeError:
+    """What CUDA raises when another process holds a GPU that runs in exclusive-process mode."""
+    return torch.AcceleratorError(
+        "CUDA error: CUDA-capable device(s) is/are busy or unavailable\nCUDA kernel errors might be "
+        "asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n")
+
+
 def connection_reset() -> OSError:
     """What a read from object storage raises when the connection drops mid-transfer."""
     return ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
@@ -254,10 +263,7 @@ class BusyDevice:
         if self.until is None and self.calls >= self.from_call:
             self.until = time.monotonic() + self.seconds
         if self.until is not None and time.monotonic() < self.until:
-            raise torch.AcceleratorError(
-                "CUDA error: CUDA-capable device(s) is/are busy or unavailable\nCUDA kernel errors might be "
-                "asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
-                "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n")
+            raise device_busy()
 
     def restore(self) -> None:
         torch.Tensor.to = self.original  # type: ignore[method-assign]

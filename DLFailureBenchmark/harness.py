@@ -57,7 +57,8 @@ from DLFailureBenchmark.cases import SETS, Case
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY_FAMILIES = {"resnet", "vit", "gpt2", "llama"}
-"""Families whose runs take long enough that the overhead is measured with `Plan.large_overhead_pairs`."""
+"""Families whose runs take long enough that the overhead is measured with `Plan.large_overhead_pairs`
+(as is every program of the realistic set: full programs of tens of seconds each)."""
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,7 @@ def baseline(case: Case, runs: Runs, buggy: dict[str, Any]) -> dict[str, Any]:
 
 
 def overhead(case: Case, runs: Runs) -> dict[str, Any]:
-    heavy = case.scenario == "large_model" or case.family in HEAVY_FAMILIES or case.set == "external"
+    heavy = case.scenario == "large_model" or case.family in HEAVY_FAMILIES or case.set == "realistic"
     pairs = runs.plan.large_overhead_pairs if heavy else runs.plan.overhead_pairs
     result, _ = runs.run(case, "overhead", "fixed", "off", "--overhead", str(pairs))
     if "ratios" not in result:

@@ -11,8 +11,8 @@ object, goes to `--out`.
     --policy                    answer crashes with the case's `repairs` (to record repairs.jsonl)
 
 A program keeps its step count in a local named `step` and its checkpoint in `last.pt`, unless it
-says otherwise: an adapted external program keeps its own names, declared as module constants
-`STEP_NAME` (nanoGPT's `iter_num`) and `CHECKPOINT_NAME` (nanoGPT's `ckpt.pt`).
+says otherwise: a program of the realistic set names its own, as a real script does, and declares
+them in module constants `STEP_NAME` (`iteration`, `episode`) and `CHECKPOINT_NAME` (`ckpt.pt`).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def run_once(module: ModuleType, program: Path, workdir: Path, seed: int,
 
 
 def vaccinated_functions(module: ModuleType) -> list[str]:
-    """The names of `module`'s functions that `@daifu.transform` vaccinated (`train`, or upstream's own names)."""
+    """The names of `module`'s functions that `@daifu.transform` vaccinated (`train`, or the program's own)."""
     return [name for name, value in vars(module).items() if callable(value) and hasattr(value, "__daifu__")]
 
 

@@ -35,7 +35,8 @@ def check_case(case_id: str, workdir: Path) -> list[dict[str, Any]]:
 
     import daifu
     from daifu.decide.allowlist import check_suggestion, context_for
-    from daifu.decide.automatic import candidates
+    from daifu.decide.candidates import candidates
+    from daifu.decide.verify import Verification
     from daifu.report.build import build_report
     from DLFailureBenchmark import cases, runner
     from repairbot.protocol import Suggestion
@@ -51,7 +52,7 @@ def check_case(case_id: str, workdir: Path) -> list[dict[str, Any]]:
     def policy(crash: daifu.Crash) -> daifu.Decision:
         context = context_for(crash)
         _, suggestions = analyse(build_report(crash))
-        for candidate in candidates(crash, suggestions):
+        for candidate in candidates(Verification(crash, daifu.settings()), suggestions):
             code = candidate.decision.source if isinstance(candidate.decision, daifu.Surgery) else None
             verdict = check_suggestion(candidate.suggestion, context, code)
             found.append(_row(case_id, "rules", candidate.kind, candidate.code, verdict.reasons, candidate.usable))

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from repairbot.openai_backend import reply_schema  # noqa: E402
+from repairbot.backends.openai import reply_schema  # noqa: E402
 from repairbot.prompts import messages  # noqa: E402
 from repairbot.rules import analyse  # noqa: E402
 from tests.llmcases import Case, cases  # noqa: E402

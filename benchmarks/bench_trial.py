@@ -1,13 +1,25 @@
-"""What a trial costs: fork, plus one training iteration in the sandboxed copy, by model size.
+"""What a trial costs: time and memory, by model size, with the model private or in shared memory.
 
-    python benchmarks/bench_trial.py [--sizes 10MB,1GB,4GB] [--repeats 3]
+    python benchmarks/bench_trial.py [--sizes 10MB,1GB] [--shared] [--repeats 3]
 
 For each size, a one-layer model of that many bytes of float32 parameters trains with SGD; its
 loop crashes at the loss (labels of the wrong shape), and a policy tries the fix on a copy of the
-run before applying it. Printed side by side: the parent's own iteration time, the time `fork`
-took (copy-on-write: it should stay near-constant as the model grows), and the whole trial
-(fork, the copy's iteration up to its end-of-iteration signal, the verdict's health check of
-every parameter, the verdict back through the pipe). Medians over the repeats.
+run before applying it. Printed side by side, medians over the repeats:
+
+- iteration: the parent's own training iteration, without DaiFu;
+- fork: the `fork` itself (copy-on-write: near-constant as the model grows);
+- in copy: the copy's time from the fork to its end-of-iteration signal: detaching from the live
+  run (shared memory copied, files re-opened), the sandbox, the iteration;
+- trial: all of `crash.trial` as the policy sees it: the health inventory and the memory estimate
+  before the fork, the fork, the copy's work, its health check of every parameter and gradient,
+  the verdict back through the pipe, the copy's exit;
+- peak: the memory the copy took beyond what it shared with the live run (`Verdict.peak_bytes`);
+  a step rewrites every parameter and makes every gradient, so about twice the model;
+- estimate: what DaiFu estimated before forking (`daifu.core.trial_memory.estimate`), plus the
+  shared memory the copy copies when there is room for it (`daifu.core.isolate`).
+
+`--shared` calls `model.share_memory()` first (Hogwild-style): the copy then copies the model out of
+shared memory before it runs, and its time shows what that costs.
 """
 
 from __future__ import annotations
@@ -22,8 +34,9 @@ import torch
 from torch import nn
 
 import daifu
+from daifu.core import health, isolate, trial_memory
 
-SIZES = {"10MB": 10 * 2**20, "1GB": 2**30, "4GB": 4 * 2**30}
+SIZES = {"10MB": 10 * 2**20, "100MB": 100 * 2**20, "1GB": 2**30, "4GB": 4 * 2**30}
 
 
 def make(size_bytes: int) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -43,16 +56,25 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer, batches: list[Any]
         timings.append(time.perf_counter() - started)
 
 
-def measure(size: str, repeats: int) -> dict[str, float]:
+def measure(size: str, repeats: int, shared: bool) -> dict[str, float]:
     model, optimizer = make(SIZES[size])
+    if shared:
+        model.share_memory()
     side = model.in_features
     good = [(torch.randn(4, side), torch.randn(4, side)) for _ in range(2)]
     bad = (torch.randn(4, side), torch.randn(4, side + 1))  # labels of the wrong shape
     verdicts: list[daifu.Verdict] = []
+    walls: list[float] = []
+    estimates: list[int] = []
 
     def policy(crash: daifu.Crash) -> daifu.Decision:
         decision = daifu.Action("y = y[:, : x.shape[1]]")
+        watched = dict(crash.locals)
+        shared = sum(region.size for region in isolate.shared_writable() if region.copyable)
+        estimates.append(trial_memory.estimate(health.inventory(watched), watched).total + shared)
+        started = time.perf_counter()
         verdicts.append(crash.trial(decision, 600.0))
+        walls.append(time.perf_counter() - started)
         return decision
 
     daifu.set_policy(policy)
@@ -63,21 +85,28 @@ def measure(size: str, repeats: int) -> dict[str, float]:
     return {
         "iteration_ms": statistics.median(timings) * 1000,
         "fork_ms": statistics.median(v.fork_ms for v in verdicts),
-        "trial_ms": statistics.median(v.seconds * 1000 + v.fork_ms for v in verdicts),
+        "copy_ms": statistics.median(v.seconds * 1000 for v in verdicts),
+        "trial_ms": statistics.median(walls) * 1000,
+        "peak": statistics.median(v.peak_bytes for v in verdicts),
+        "estimate": statistics.median(estimates),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10MB,1GB,4GB")
+    parser.add_argument("--sizes", default="10MB,1GB")
+    parser.add_argument("--shared", action="store_true", help="the model in shared memory (model.share_memory())")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.manual_seed(0)
     warnings.filterwarnings("ignore", message="Using a target size")  # the crash's own warning
-    print(f"{'model':>6}  {'iteration':>10}  {'fork':>8}  {'trial (fork + iteration + health)':>34}")
-    for size in args.sizes.split(","):
-        found = measure(size, args.repeats)
-        print(f"{size:>6}  {found['iteration_ms']:>8.1f} ms  {found['fork_ms']:>5.1f} ms  {found['trial_ms']:>31.1f} ms")
+    size = trial_memory.size
+    print(f"{'model':>12}  {'iteration':>10}  {'fork':>8}  {'in copy':>10}  {'trial':>10}  {'peak':>9}  {'estimate':>9}")
+    for name in args.sizes.split(","):
+        found = measure(name, args.repeats, args.shared)
+        label = f"{name} shared" if args.shared else name
+        print(f"{label:>12}  {found['iteration_ms']:>7.1f} ms  {found['fork_ms']:>5.1f} ms  {found['copy_ms']:>7.1f} ms"
+              f"  {found['trial_ms']:>7.1f} ms  {size(int(found['peak'])):>9}  {size(int(found['estimate'])):>9}")
 
 
 if __name__ == "__main__":

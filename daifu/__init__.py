@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from daifu.core.crash import Crash
     from daifu.core.decisions import Action, Patch, Plays, Raise, Retry, Skip, SkipIteration, Surgery
     from daifu.core.trial import Verdict
-    from daifu.store.metrics import log_checkpoint, log_metric
     from daifu.store.record import log_program_end
     from daifu.vaccinate import transform
 
@@ -67,10 +66,26 @@ _PUBLIC = {
     "set_policy": "daifu.config",
     "settings": "daifu.config",
     "log_program_end": "daifu.store.record",
-    "log_metric": "daifu.store.metrics",
-    "log_checkpoint": "daifu.store.metrics",
     "transform": "daifu.vaccinate",
 }
+
+
+def log_metric(step: int, value: float, name: str = "loss") -> None:
+    """Note that `name` (default: the loss) was `value` at training step `step`, in the workspace's
+    `metrics.jsonl`, for `daifu show --plot` (`daifu.store.metrics`).
+
+    `value` may be a number or a one-element tensor; a value that is not finite is kept as `null`.
+    """
+    from daifu.store import metrics
+
+    metrics.log_metric(step, value, name, started=IMPORTED_AT)
+
+
+def log_checkpoint(step: int) -> None:
+    """Note that a checkpoint holding the state of training step `step` was saved: a restart would resume there."""
+    from daifu.store import metrics
+
+    metrics.log_checkpoint(step, started=IMPORTED_AT)
 
 
 def __getattr__(name: str) -> Any:

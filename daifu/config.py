@@ -51,6 +51,8 @@ class Settings:
     workspace: the folder for workspace files and the JSON-lines record.
     max_trials: candidate repairs tried on a sandboxed copy of the run, per crash, at most.
     trial_seconds: the time one trial may take before it is stopped.
+    trial_memory: the memory one trial may take, in bytes (given as `2GB`, `512MiB` or a number);
+        `None`: what the machine has free. A trial that may need more is not started.
     remote_deadline: with `approve="remote"`, seconds the process waits for a person's decision.
     remote_fallback: what it does then — `raise` (the exception goes on) or `auto` (the verified
         automatic repair of `approve="auto"`).
@@ -64,6 +66,7 @@ class Settings:
     workspace: Path = Path("daifu_workspace")
     max_trials: int = 8
     trial_seconds: float = 5.0
+    trial_memory: int | None = None
     remote_deadline: float = 3600.0
     remote_fallback: str = "raise"
 
@@ -77,6 +80,7 @@ _ENV = {
     "workspace": "DAIFU_WORKSPACE",
     "max_trials": "DAIFU_MAX_TRIALS",
     "trial_seconds": "DAIFU_TRIAL_SECONDS",
+    "trial_memory": "DAIFU_TRIAL_MEMORY",
     "remote_deadline": "DAIFU_REMOTE_DEADLINE",
     "remote_fallback": "DAIFU_REMOTE_FALLBACK",
 }
@@ -105,6 +109,8 @@ def _checked(name: str, value: Any, source: str) -> Any:
         if not (math.isfinite(seconds) and 0 < seconds <= 3600):
             raise ConfigError(f"{source} has value {value!r}: it must be a number of seconds above 0, at most 3600.")
         return seconds
+    if name == "trial_memory":
+        return _bytes(value, source)
     if name == "remote_fallback" and value not in REMOTE_FALLBACKS:
         raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(REMOTE_FALLBACKS)}.")
     if name == "remote_deadline":
@@ -121,6 +127,25 @@ def _checked(name: str, value: Any, source: str) -> Any:
     if name == "bot_url" and value is not None and not str(value).startswith(("http://", "https://")):
         raise ConfigError(f"{source} has value {value!r}: not an http(s) URL.")
     return value
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _bytes(value: Any, source: str) -> int:
+    """A size: a number of bytes, or a number with a unit (`1.5GB` is 1.5e9 bytes, `2GiB` is 2 * 2**30)."""
+    text = str(value).strip().lower().replace(" ", "")
+    number = text.rstrip("kmgtib")
+    unit = text[len(number):]
+    try:
+        count = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise ConfigError(f"{source} has value {value!r}: not a size (bytes, or a number with KB, MB, GB, "
+                          "KiB, MiB or GiB).") from None
+    if not (math.isfinite(count) and count >= 1):
+        raise ConfigError(f"{source} has value {value!r}: it must be a size above 0.")
+    return int(count)
 
 
 def configure(**changes: Any) -> Settings:

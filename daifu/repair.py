@@ -1,7 +1,8 @@
-"""Seed-compatible home of `repair_lock`, which serialises console access between processes.
+"""`repair_lock`, which serialises a person's prompts between processes, under the prototype's module name.
 
-Set `daifu.repair.repair_lock` to a lock shared by the processes (e.g.
-`multiprocessing.Manager().Lock()`); deciders that talk to a person hold it while they do.
+The module holds only this lock: programs written for the prototype set `daifu.repair.repair_lock`
+to a lock shared by their processes (e.g. `multiprocessing.Manager().Lock()`), so its name is their
+API. The console and the approval prompt (`daifu.console`) hold it while they talk to the person.
 """
 
 from __future__ import annotations

@@ -17,49 +17,66 @@ import importlib
 import inspect
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType, FunctionType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from daifu import config
 from daifu.core import seedscope
 from daifu.core.compiling import compile_definition, future_flags, qualified
-from daifu.core.resume import RepairEntry, Vaccine
+from daifu.core.handling import RepairContext, RepairEntry
+from daifu.core.resume import Vaccine
 from daifu.core.source import SourceUnavailable, function_source
 from daifu.store import record
 
 if TYPE_CHECKING:
     from daifu.core.crash import Crash
     from daifu.core.decisions import Decision
+    from daifu.decide.candidates import Candidate
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _Handling:
-    """The runtime's view of the layers above it: the decision chain and the record."""
+class _Terminal:
+    """The person at this process's terminal, as the decision layer asks them (`daifu.decide.contract.Person`):
+    the console and its approval prompt, loaded only when one opens (pdb is not needed otherwise)."""
 
-    def decide(self, crash: Crash) -> tuple[Decision, str]:
+    def present(self) -> bool:
+        stdin = sys.stdin
+        return bool(stdin is not None and stdin.isatty())
+
+    def console(self, crash: Crash, context: RepairContext) -> Decision | None:
+        from daifu.console import session
+
+        return session.open_console(crash, context)
+
+    def approve(self, crash: Crash, context: RepairContext, diagnosis: str,
+                options: Sequence[Candidate]) -> Decision | None:
+        from daifu.console import approval
+
+        return approval.approve(crash, context, diagnosis, options)
+
+
+class _Handling:
+    """The runtime's view of the layers above it (`daifu.core.handling.Handling`): the settings, the
+    decision chain with the person at the terminal, and the record."""
+
+    def settings(self) -> config.Settings:
+        return config.settings()
+
+    def decide(self, crash: Crash, context: RepairContext) -> tuple[Decision, str]:
         from daifu.decide import chain  # the decision layer loads at the first crash, not with the decorator
 
-        return chain.decide(crash, _settings(crash))
+        return chain.decide(crash, context, TERMINAL)
 
-    def begin(self, crash: Crash) -> RepairEntry:
-        return record.begin(crash)
+    def begin(self, crash: Crash, settings: config.Settings) -> RepairEntry:
+        return record.begin(crash, settings)
 
     def note(self, text: str) -> None:
         record.note(text)
 
-    def max_attempts(self, crash: Crash) -> int:
-        return _settings(crash).max_attempts
 
-
-def _settings(crash: Crash) -> config.Settings:
-    """The configuration `crash` is handled under, read at its first use (`Crash.settings`)."""
-    if crash.settings is None:
-        crash.settings = config.settings()
-    return crash.settings  # type: ignore[no-any-return]
-
-
+TERMINAL = _Terminal()
 HANDLING = _Handling()
 
 
@@ -156,8 +173,8 @@ def _vaccinate(target: Any, caller: FrameType, module: dict[str, Any] | None = N
 
 
 _CRASH_PATH = (
-    "daifu.core.crash", "daifu.core.decisions", "daifu.core.actions", "daifu.core.surgery", "daifu.core.patch",
-    "daifu.decide.chain", "daifu.report.redact", "daifu.store.repairs",
+    "daifu.core.crash", "daifu.core.decisions", "daifu.core.kinds", "daifu.core.actions", "daifu.core.surgery",
+    "daifu.core.patch", "daifu.decide.chain", "daifu.report.redact", "daifu.store.repairs",
 )  # fmt: skip
 """What every repair goes through. `import daifu` leaves it alone (a tool that only imports DaiFu pays
 nothing); the first vaccination loads it, so that the first crash does not pay for it in its restore

@@ -24,6 +24,7 @@ from torch import nn
 import daifu
 
 SCENARIO, OUT = sys.argv[1], sys.argv[2]
+PROCESS_GROUP_TIMEOUT_S = 300
 
 
 class FlakyAllReduce:
@@ -105,7 +106,9 @@ def policy(crash: daifu.Crash) -> daifu.Decision | None:
 
 
 def main() -> None:
-    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    # Generous: on a loaded machine the ranks may start a minute apart (importing torch), and a collective
+    # waits while its peer decides a crash; the timeout is what ends a job whose peer is truly stuck.
+    dist.init_process_group("gloo", timeout=timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
     daifu.set_policy(policy)
     torch.manual_seed(0)
     model = nn.Linear(6, 1)
@@ -120,7 +123,8 @@ def main() -> None:
         steps = train(model, optimizer, FlakyAllReduce(fail_at=9), 3)
     torch.save({k: v.detach() for k, v in model.state_dict().items()}, os.path.join(OUT, f"rank{dist.get_rank()}.pt"))
     print(f"rank {dist.get_rank()} finished {steps} steps", flush=True)
-    dist.destroy_process_group()
+    dist.barrier()  # no rank tears the group down while a peer may still have a collective in flight
+    dist.destroy_process_group()  # before the interpreter ends: gloo's threads never outlive it
 
 
 if __name__ == "__main__":

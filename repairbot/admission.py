@@ -43,7 +43,8 @@ FACT_TYPES: dict[str, TypeAdapter[Any]] = {
     "close": TypeAdapter(list[str]),
     "linears": TypeAdapter(list[tuple[str, NonNegativeInt, NonNegativeInt]]),
 }
-"""The facts the rules engine reads, with the types `daifu.summary` gives them (checked strictly: no `"5"` for 5)."""
+"""The facts the rules engine reads, with the types `daifu.report.summary` gives them (checked strictly: no
+`"5"` for 5)."""
 
 Loc = tuple[str | int, ...]
 

@@ -5,7 +5,8 @@
 `/v1` endpoints then require) and `DAIFU_BOT_DEADLINE` (seconds per crash, default 45).
 `create_app` builds one with explicit settings, for tests and `repairbot.server`.
 
-Each request is bounded: its body in bytes (413), its shape beyond the schema (422, see
+Each request is bounded: its body in bytes (413) and in the time it takes to arrive (408), its shape
+beyond the schema (422, see
 `repairbot.admission`), the text analysis reads and the size of its answer (`repairbot.bounds`),
 and its time: analysis runs on a few worker threads, off the event loop, under one deadline per
 crash (the server's, or the client's `deadline_s` if shorter) that the backend sizes its model
@@ -32,13 +33,14 @@ from loguru import logger
 
 from repairbot.approvals import Approvals, router as pending_router
 from repairbot.admission import Inadmissible, Problem, admit, check_sources, printable
-from repairbot.backends import NAMES, Answer, Backend, UnknownBackend, make_backend
+from repairbot.backends.base import Answer, Backend
+from repairbot.backends.registry import NAMES, UnknownBackend, make_backend
 from repairbot.bounds import MAX_ANSWER, bounded_diagnosis, bounded_suggestions, bounded_transcript, cut
 from repairbot.cache import AnswerCache
 from repairbot.deadline import Cancelled, Deadline, for_request, server_default
 from repairbot.protocol import fingerprint
 from repairbot.ui import router as ui_router
-from repairbot.limits import BodyLimit
+from repairbot.limits import BODY_SECONDS, BodyLimit
 from repairbot.protocol import (
     BackendsResponse,
     CrashRequest,
@@ -61,6 +63,7 @@ _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
 _ANALYSIS_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "The request names a backend this server does not know."},
     **_UNAUTHORIZED,
+    408: {"model": ErrorResponse, "description": "The request body did not all arrive in time (`body_seconds`)."},
     413: {"model": ErrorResponse, "description": "The request body is larger than the server accepts."},
     422: {
         "model": ValidationErrorResponse,
@@ -78,6 +81,7 @@ def create_app(
     *,
     token: str | None = None,
     max_body: int = MAX_BODY,
+    body_seconds: float = BODY_SECONDS,
     cache_seconds: float = 30.0,
     deadline: float | None = None,
     cache_entries: int = 256,
@@ -93,7 +97,8 @@ def create_app(
     backend: the default backend, by name or as an object (`DAIFU_REPAIRBOT_BACKEND` or `rules`
         if not given); a request may name another. An unknown name raises `UnknownBackend` here.
     token: the bearer token required on `/v1` (`DAIFU_REPAIRBOT_TOKEN` if not given; none required
-        if neither is set). max_body: larger request bodies get 413.
+        if neither is set). max_body: larger request bodies get 413. body_seconds: a request whose
+        body has not all arrived this long after it began gets 408.
     cache_seconds, cache_entries, cache_bytes: how long, and how many answers in how many bytes,
         the answer cache keeps (its key is the whole request).
     deadline: the most seconds spent on one crash (`DAIFU_BOT_DEADLINE` or 45 if not given); a
@@ -176,7 +181,7 @@ def create_app(
         return result, cached, crash_id
 
     app = FastAPIOffline(title="DaiFu repair bot", version="1", description=__doc__)
-    app.add_middleware(BodyLimit, max_bytes=max_body)
+    app.add_middleware(BodyLimit, max_bytes=max_body, seconds=body_seconds)
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(Inadmissible, _inadmissible)  # type: ignore[arg-type]
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from repairbot.names import bound_names
 from repairbot.rules.edit import wrap_name
 
 
@@ -293,28 +294,13 @@ def problems(fn: Function, new_source: str, place: Callable[[int], str] | None =
     if ast.dump(new) == ast.dump(fn.node):
         return [f"it leaves `{fn.name}` unchanged"]
     reasons = []
-    for name in sorted((assigned(fn.node) & loaded(new)) - assigned(new)):
+    for name in sorted((bound_names(fn.node, nested=True) & loaded(new)) - bound_names(new, nested=True)):
         first = min(n.lineno for n in ast.walk(new) if isinstance(n, ast.Name) and n.id == name)
         reasons.append(
             f"the new `{fn.name}` no longer assigns `{name}`, which it still reads at {place(first)}: "
             f"the stale `{name}` from before the crash would be used"
         )
     return reasons
-
-
-def assigned(node: ast.AST) -> set[str]:
-    """Names bound inside `node`, parameters excepted."""
-    found: set[str] = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            found.add(n.id)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            found.update((a.asname or a.name).split(".")[0] for a in n.names)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not node:
-            found.add(n.name)
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            found.add(n.name)
-    return found
 
 
 def loaded(node: ast.AST) -> set[str]:
@@ -335,7 +321,7 @@ def missing_modules(code: str, known: set[str]) -> dict[str, str]:
         tree = ast.parse(textwrap.dedent(code))
     except SyntaxError:
         return {}
-    free = loaded(tree) - assigned(tree) - known - set(dir(builtins))
+    free = loaded(tree) - bound_names(tree, nested=True) - known - set(dir(builtins))
     return {name: _ALIASES.get(name, name) for name in sorted(free) if name in _ALIASES or _is_stdlib(name)}
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from repairbot.protocol import PendingRepairRequest, ProposalAnswer, RepairChoice
+from repairbot.protocol import PendingRepairRequest, ProposalAnswer, RepairChoice, describe_choice
 
 OPEN_MAX = 32
 CLOSED_MAX = 64
@@ -110,16 +110,9 @@ class PendingRepair:
 
 
 def describe(choice: RepairChoice, request: PendingRepairRequest) -> str:
-    """A decision in a few words, as the page, the history and the process's terminal say it."""
-    if choice.choice == "apply" and choice.candidate is not None and choice.candidate < len(request.candidates):
-        return f"apply suggestion {choice.candidate + 1} ({request.candidates[choice.candidate].kind})"
-    return {
-        "reject": "reject: the exception goes on",
-        "edit": f"apply an edited {choice.kind or 'repair'}",
-        "skip": "skip the statement",
-        "skip_iteration": "skip the rest of the iteration",
-        "retry": "retry the statement",
-    }.get(choice.choice, choice.choice)
+    """A decision in a few words, as the page, the history and the process's terminal say it
+    (`repairbot.protocol.describe_choice`)."""
+    return describe_choice(choice, [candidate.kind for candidate in request.candidates])
 
 
 class PendingStore:

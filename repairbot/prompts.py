@@ -24,9 +24,10 @@ from typing import Any
 
 from collections.abc import Sequence
 
+from repairbot.llm_parse import MODEL_KINDS
 from repairbot.protocol import CATEGORIES, CrashReport, Exchange, Frame, Variable
 from repairbot.protocol import Diagnosis
-from repairbot.rules.context import Context
+from repairbot.rules.context import ReportView
 
 MAX_LISTING_LINES = 120
 """A longer function is shown around the paused line only."""
@@ -111,7 +112,7 @@ def render(name: str, values: dict[str, str]) -> str:
 
 def values(report: CrashReport, hint: Diagnosis | None = None) -> dict[str, str]:
     """What the placeholders of `repair.txt` stand for."""
-    f, ctx = report.function, Context(report)
+    f, ctx = report.function, ReportView(report)
     return {
         "exception": _exception(report),
         "filename": f.filename,
@@ -124,6 +125,7 @@ def values(report: CrashReport, hint: Diagnosis | None = None) -> dict[str, str]
         "tried": _tried(report),
         "hints": _hint(hint),
         "categories": ", ".join(f'"{c}"' for c in CATEGORIES),
+        "kinds": " | ".join(f'"{kind}"' for kind in MODEL_KINDS),
     }
 
 

@@ -1,23 +1,34 @@
-"""The repair bot's wire protocol: every request and response body, in one place.
+"""The repair bot's wire protocol: every request and response body, its routes and its words, in one place.
 
 The runtime (`daifu`) builds a `CrashReport` from a live crash and sends it; the service answers with a
-`SuggestResponse`. This module imports nothing but pydantic and the standard library: both sides import it,
-and the service never loads the runtime.
+`SuggestResponse`. A process whose crash waits for a person (`approve="remote"`) posts a
+`PendingRepairRequest` and polls for a `RepairChoice`. This module imports nothing but pydantic and the
+standard library: both sides import it, and the service never loads the runtime. The kinds of repair
+(`SuggestionKind`) and the choices a person has (`Choice`, with their labels) are the runtime's
+decisions as the wire names them (`daifu.core.kinds` maps each to its decision).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
+
+SUGGEST_ROUTE = "/v1/suggest"
+DIAGNOSE_ROUTE = "/v1/diagnose"
+PENDING_ROUTE = "/v1/pending"
+"""Where a waiting process posts its repair; what follows is under it, its key in `X-DaiFu-Key`:"""
+POLL_ROUTE = "/{repair_id}/poll"
+PROPOSAL_ROUTE = "/{repair_id}/proposals/{proposal}"
+WITHDRAW_ROUTE = "/{repair_id}/withdraw"
 
 CATEGORIES = ("api_misuse", "tensor_mismatch", "out_of_memory", "path", "exceptional_data", "transient", "unknown")
 """The kinds of root cause a diagnosis names (`Diagnosis.category`)."""
 
 
 class Variable(BaseModel):
-    """One live value, summarized (see `daifu.summary`)."""
+    """One live value, summarized (see `daifu.report.summary`)."""
 
     type: str
     text: str
@@ -59,6 +70,14 @@ class Frame(BaseModel):
     library: bool = False
     source: str | None = None
     first_lineno: int | None = None
+
+    @property
+    def own_def(self) -> bool:
+        """Whether the frame runs a function with a `def` of its own, which a patch can replace: not a
+        comprehension, generator expression or lambda (`<listcomp>`, `<genexpr>`, `<lambda>`, whose
+        code is part of the function around it; a comprehension has a frame of its own up to Python
+        3.11), nor a module's body (`<module>`)."""
+        return not self.function.startswith("<")
 
 
 class FunctionInfo(BaseModel):
@@ -124,6 +143,7 @@ def fingerprint(report: CrashReport) -> str:
 
 
 SuggestionKind = Literal["surgery", "action", "patch_function", "retry", "skip", "skip_iteration"]
+"""The kinds of repair the bot proposes (`Suggestion`)."""
 
 
 MAX_QUESTION = 2000
@@ -315,6 +335,28 @@ class ValidationErrorResponse(BaseModel):
 Choice = Literal["apply", "reject", "edit", "skip", "skip_iteration", "retry"]
 """What a person can decide: apply suggestion `candidate`, reject (the exception goes on), edit
 (their own surgery or action), skip the statement, skip the iteration, retry the statement."""
+CHOICES: tuple[str, ...] = get_args(Choice)
+PLAIN_CHOICES: dict[str, tuple[str, str]] = {
+    "reject": ("Reject: let the exception go on", "reject: the exception goes on"),
+    "skip": ("Skip the statement", "skip the statement"),
+    "skip_iteration": ("Skip the rest of the iteration", "skip the rest of the iteration"),
+    "retry": ("Retry the statement", "retry the statement"),
+}
+"""The choices that take a decision by themselves (no suggestion, no code), in the page's order: the
+label of the page's button, and what the choice does in words (the page's log, the process's terminal)."""
+EditKind = Literal["surgery", "action"]
+"""What a person may write themselves (`edit`): a whole new `def`, or statements run in the faulty frame."""
+EDIT_KINDS: tuple[str, ...] = get_args(EditKind)
+
+
+def describe_choice(choice: RepairChoice, kinds: list[str]) -> str:
+    """A decision in a few words, as the page, the history and the process's terminal say it; `kinds` are
+    the kinds of the repair's candidates, in order."""
+    if choice.choice == "apply" and choice.candidate is not None and choice.candidate < len(kinds):
+        return f"apply suggestion {choice.candidate + 1} ({kinds[choice.candidate]})"
+    if choice.choice == "edit":
+        return f"apply an edited {choice.kind or 'repair'}"
+    return PLAIN_CHOICES[choice.choice][1] if choice.choice in PLAIN_CHOICES else choice.choice
 
 
 class JobInfo(BaseModel):
@@ -381,7 +423,7 @@ class RepairChoice(BaseModel):
 
     choice: Choice
     candidate: int | None = Field(default=None, ge=0)
-    kind: Literal["surgery", "action"] | None = None
+    kind: EditKind | None = None
     code: str = Field(default="", max_length=256 * 1024)
     force: bool = False
     by: str = Field(default="", max_length=100)

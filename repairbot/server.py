@@ -15,7 +15,8 @@ import uvicorn
 from loguru import logger
 
 from repairbot.app import create_app
-from repairbot.backends import Backend, make_backend
+from repairbot.backends.base import Backend
+from repairbot.backends.registry import make_backend
 from repairbot.deadline import server_default
 
 

@@ -5,14 +5,18 @@ Server-rendered HTML (Jinja2, every value escaped: crash reports carry text from
 forms that POST (the page works without JavaScript; `ui.js` only keeps the waiting times ticking
 and says when a repair changed meanwhile), one stylesheet, no build step, nothing fetched from
 elsewhere. Every response forbids framing, caching and referrers, and allows only this site's
-scripts and styles (CSP). Login takes the service token and a name to decide under; see
-`repairbot.sessions` for the cookie and the CSRF token every form carries.
+scripts and styles (CSP). Login takes the service token and a name to decide under, and only a few
+wrong tokens a minute (`repairbot.throttle`); see `repairbot.sessions` for the cookie and the CSRF
+token every form carries. A repair's page, whose diffs of large sources take long to compute, is
+built off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
+from math import ceil
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -25,8 +29,9 @@ from fastapi.templating import Jinja2Templates
 from repairbot.approvals import DECIDE_WAIT_S, Approvals, state
 from repairbot.diffs import added, in_context, source_diff
 from repairbot.pending import Conflict, InvalidChoice, PendingRepair, Status, UnknownRepair, describe
-from repairbot.protocol import RepairChoice
+from repairbot.protocol import CHOICES, EDIT_KINDS, PLAIN_CHOICES, RepairChoice
 from repairbot.sessions import COOKIE, Session
+from repairbot.throttle import LoginThrottle
 
 _HERE = Path(__file__).parent
 _ENV = jinja2.Environment(
@@ -43,13 +48,13 @@ HEADERS = {
     "X-Content-Type-Options": "nosniff",
 }
 FALLBACKS = {"raise": "let the exception go on", "auto": "apply a verified automatic repair, if one passes its trial"}
-CHOICES = ("apply", "reject", "edit", "skip", "skip_iteration", "retry")
 MAX_NAME = 60
 
 
-def router(approvals: Approvals) -> APIRouter:
-    """The page's routes, under `/ui`."""
+def router(approvals: Approvals, throttle: LoginThrottle | None = None) -> APIRouter:
+    """The page's routes, under `/ui`; `throttle` limits wrong logins (`repairbot.throttle`'s defaults)."""
     ui = APIRouter(prefix="/ui", include_in_schema=False)
+    throttle = throttle or LoginThrottle()
 
     def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
         return TEMPLATES.TemplateResponse(request, name, context, status_code=status, headers=HEADERS)
@@ -86,7 +91,15 @@ def router(approvals: Approvals) -> APIRouter:
         target = _local(form.get("next", "/ui"))
         if approvals.token is None:
             return page(request, "login.html", {"session": None, "next": target, "error": "", "disabled": True}, 403)
+        address = request.client.host if request.client else ""
+        wait = throttle.wait(address)
+        if wait > 0:  # the guess is not even compared
+            response = page(request, "login.html", {"session": None, "next": target, "disabled": False,
+                                                    "error": f"Too many wrong tokens: try again in {ceil(wait)} s."}, 429)
+            response.headers["Retry-After"] = str(ceil(wait))
+            return response
         if not _same(form.get("token", ""), approvals.token):
+            throttle.failed(address)
             return page(request, "login.html", {"session": None, "next": target, "disabled": False,
                                                  "error": "That is not this service's token."}, 401)
         name = " ".join(form.get("name", "").split())[:MAX_NAME] or "someone"
@@ -128,7 +141,8 @@ def router(approvals: Approvals) -> APIRouter:
         except UnknownRepair:
             return message(request, session, "No such repair",
                            "No pending repair has this address (or it is no longer kept).", 404, "/ui")
-        return page(request, "repair.html", _detail(repair, session))
+        # diffing and rendering a large source takes long: off the event loop, which keeps serving meanwhile
+        return await asyncio.to_thread(lambda: page(request, "repair.html", _detail(repair, session)))
 
     @ui.get("/repairs/{repair_id}/state")
     async def repair_state(request: Request, repair_id: str) -> Response:
@@ -190,7 +204,7 @@ def _choice(form: dict[str, str], who: str) -> RepairChoice:
     return RepairChoice(
         choice=choice,  # type: ignore[arg-type]  # checked against CHOICES above
         candidate=int(candidate) if candidate.isdigit() else None,
-        kind=kind if choice == "edit" and kind in ("surgery", "action") else None,  # type: ignore[arg-type]
+        kind=kind if choice == "edit" and kind in EDIT_KINDS else None,  # type: ignore[arg-type]
         code=form.get("code", "") if choice == "edit" else "",
         force=form.get("force") == "on",
         by=who,
@@ -267,7 +281,9 @@ def _detail(repair: PendingRepair, session: Session) -> dict[str, Any]:
         "open": repair.status is Status.WAITING,
         "checking": repair.status is Status.PROPOSED,
         "proposed": describe(repair.choice, request) if repair.choice is not None else "",
-        "edit_kind": refused.kind if refused else "surgery",
+        "edit_kind": refused.kind if refused else EDIT_KINDS[0],
+        "edit_kinds": EDIT_KINDS,
+        "plain_choices": list(PLAIN_CHOICES.items()),
         "edit_code": refused.code if refused else (surgeries[0] if surgeries else function.source),
         "events": [(_clock(e.at), e.who, e.text) for e in repair.events],
         "variables": sorted(report.variables.items())[:200],

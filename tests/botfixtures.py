@@ -10,7 +10,10 @@ from contextlib import contextmanager
 from typing import Any
 from collections.abc import Callable, Iterator
 
+from daifu.config import Settings
 from daifu.core.crash import Crash
+from daifu.core.handling import RepairContext
+from daifu.store import record
 from daifu.report.build import build_report
 from repairbot.protocol import CrashReport, Culprit, Diagnosis, SuggestResponse, Suggestion
 
@@ -34,8 +37,15 @@ def crash_from(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Crash:
             kind="statement",
             locals=dict(frame.f_locals),
             attempt=1,
+            tried=[],  # the runtime's own account, which a decider adds to through its context
         )
     raise AssertionError(f"{fn.__qualname__} didn't raise at all")
+
+
+def context_for(crash: Crash, settings: Settings) -> RepairContext:
+    """What the runtime hands the deciders of `crash` beside it: its settings, a record entry, its account of
+    what was tried (the crash's own list, as the runtime shares it)."""
+    return RepairContext(settings, record.begin(crash, settings), crash.tried)  # type: ignore[arg-type]
 
 
 def _statement(source: str, first: int, lineno: int) -> str:

@@ -24,7 +24,7 @@ from daifu.core.crash import Crash
 from repairbot.protocol import CrashReport
 from daifu.report.build import build_report, function_info
 from daifu.decide.allowlist import check_safety, context_for
-from daifu.decide.suggestions import Verdict, check_action, check_surgery
+from daifu.decide.suggestions import CheckResult, check_action, check_surgery
 from repairbot.protocol import Suggestion
 from tests.botfixtures import crash_from
 
@@ -49,17 +49,17 @@ class Case:
         first = first if first is not None else self.report.function.first_lineno
         return first + next(i for i, line in enumerate(source.splitlines()) if text in line)
 
-    def accepted(self, suggestion: Suggestion) -> Verdict:
+    def accepted(self, suggestion: Suggestion) -> CheckResult:
         """The client's own checks of a suggestion (`daifu.suggestions`), with the names the frame can see."""
         names = set(self.crash.locals) | set(self.function.__globals__) | set(dir(builtins))
         if suggestion.kind == "surgery":
             return check_surgery(suggestion.code, function_info(self.crash), names=names)
         if suggestion.kind == "patch_function":
-            return check_action(suggestion.code) if resolve(suggestion.target or "") else Verdict(("no target",))
+            return check_action(suggestion.code) if resolve(suggestion.target or "") else CheckResult(("no target",))
         if suggestion.kind == "action":
             verdict = check_action(suggestion.code)
             return verdict if not verdict.ok else check_safety(suggestion.code, context_for(self.crash))
-        return Verdict()
+        return CheckResult()
 
     def fixes(self, suggestion: Suggestion) -> bool:
         """Whether applying `suggestion` as the runtime would lets the crashed work complete."""

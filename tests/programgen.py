@@ -1,17 +1,22 @@
 """A seeded generator of small structured functions, for differential tests of the runtime.
 
 Each generated function mixes nested `for`/`while` loops, `if`/`else`, `with`, `try` whose
-handlers catch the function's own raises (with `else` and `finally`), `break`/`continue`/`return`
-(also inside `try` bodies, so a `finally` clause runs with a pending `return`, `break` or
-`continue`), arithmetic on locals, and appends to a trace list. Nested scopes read the locals
-while they are rebound: lambdas and inner functions kept and called later, list comprehensions
-and generator expressions. Some functions are decorated (a `functools.wraps` wrapper, a context
-decorator). Every `trace.append` carries a number — those in `finally` clauses too — so a fault
-can be injected at one of them.
+handlers catch the function's own raises (`except ValueError as errN`, reading `errN` first and
+last, so a resume inside the handler needs it; with `else`, and in three of four with `finally`),
+`break`/`continue`/`return` (also inside `try` bodies, so a `finally` clause runs with a pending
+`return`, `break` or `continue`), arithmetic on locals, and appends to a trace list. Nested
+scopes read the locals while they are rebound: lambdas and inner functions kept and called later,
+list comprehensions and generator expressions. Some functions are decorated (a `functools.wraps`
+wrapper, a context decorator). Every `trace.append` carries a number — those in `finally`
+clauses too — so a fault can be injected at one of them.
+
+`Above` makes, from a function with a fault, the surgery that fixes its cause a few lines up and
+the plain program that does what the run repaired that way must do.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import random
@@ -41,6 +46,22 @@ class Injector:
             self.fired = True
             return True
         return False
+
+
+class ArmedInjector(Injector):
+    """An injector whose fault fires only once `arm` has run (a statement above the target: the
+    cause of the fault, which a surgery of that statement removes)."""
+
+    def __init__(self, target: int | None) -> None:
+        super().__init__(target)
+        self.armed = False
+
+    def arm(self, value: Any) -> Any:
+        self.armed = True
+        return value
+
+    def fault(self, number: int, value: Any) -> Any:
+        return super().fault(number, value) if self.armed else value
 
 
 @contextmanager
@@ -79,7 +100,7 @@ class noted(contextlib.ContextDecorator):
         return False
 
 
-HEADER = "from tests.programgen import counted, noted, tracked\n\n"
+HEADER = "from tests.programgen import InjectedFault, counted, noted, tracked\n\n"
 """What a module holding generated functions imports."""
 
 
@@ -150,16 +171,23 @@ class ProgramGenerator:
         if kind == "with":
             return [f"with tracked(trace, {n}):"] + nested(in_loop)
         if kind == "try":
-            return (
+            clauses = (
                 ["try:"]
                 + nested(in_loop)
                 + [f"    if a % 5 == {n % 5}:", f"        raise ValueError({n})"]
-                + ["except ValueError as err:", f"    trace.append(('caught', {n}, err.args))"]
+                + [f"except ValueError as err{n}:", f"    trace.append(('caught', {n}, err{n}.args))"]
                 + nested(in_loop)
+                + [f"    trace.append(('handled', {n}, err{n}.args))"]  # read after a resume in the handler
                 + ["else:", f"    trace.append(('else', {n}))"]
+            )
+            second = self.rng.random() < 0.3
+            if n % 4 == 0:  # one `try` in four has no `finally` (decided without a draw: the other programs stay)
+                return clauses
+            return (
+                clauses
                 + ["finally:"]
                 + ["    " + line for line in self._append()]
-                + (["    " + line for line in self._append()] if self.rng.random() < 0.3 else [])
+                + (["    " + line for line in self._append()] if second else [])
             )
         if kind == "break":
             return [f"if b % 4 == {n % 4}:", "    break"]
@@ -182,3 +210,79 @@ class ProgramGenerator:
         if self.rng.random() < 0.5:
             return []
         return ["else:"] + ["    " + line for line in self._block(depth + 1, in_loop)]
+
+
+class Above:
+    """A fault whose cause is a statement above it, and its fix, for a function with a fault at
+    trace statement `target` (`ProgramGenerator.source("fault", target)`, run with an
+    `ArmedInjector`).
+
+    The cause is a new statement, `trace.append(inject.arm(('fix', T, a, b)))`, put before a
+    statement at one level of the target's path, chosen with `rng`, among those a run interrupted
+    at the target goes back to when that statement changes: its own block and the blocks around
+    it up to the innermost loop's body or the function's body, through `if`, `with` and `try`
+    statements without `finally` (found here on the syntax tree, not by DaiFu). The fix drops the
+    `inject.arm`. `expected` is the plain program that runs what a repair resuming at the fix must
+    run: the statements from the cause to the one holding the fault, in a `try` whose
+    `except InjectedFault` runs them again in their fixed form, on the values the fault found —
+    as a jump back to the changed statement would (a `with` left that way exits).
+
+    `level`: how many blocks above the target's the cause sits.
+    """
+
+    def __init__(self, faulty: str, target: int, rng: random.Random) -> None:
+        lines = faulty.split("\n")
+        function = ast.parse(faulty).body[0]
+        assert isinstance(function, ast.FunctionDef)
+        chain = _chain(function.body, f"inject.fault({target},")
+        choices = [(depth, place) for depth, (block, index) in enumerate(chain) for place in range(index + 1)
+                   if depth >= _iteration(chain) and (depth or place >= 2)]  # after `trace = []; kept = []`
+        depth, place = rng.choice(choices)
+        block, index = chain[depth]
+        self.level = len(chain) - 1 - depth
+        before, holder = block[place], block[index]
+        indent = " " * before.col_offset
+        cause = f"{indent}trace.append(inject.arm(('fix', {target}, a, b)))"
+        fix = f"{indent}trace.append(('fix', {target}, a, b))"
+        first, last = before.lineno - 1, (holder.end_lineno or holder.lineno)  # 0-based, exclusive end
+        self.faulty = "\n".join(lines[:first] + [cause] + lines[first:])
+        self.fixed = "\n".join(lines[:first] + [fix] + lines[first:])
+        region = lines[first:last]
+        shifted = ["    " + line for line in region]
+        wrapped = ([f"{indent}try:", "    " + cause] + shifted + [f"{indent}except InjectedFault:", "    " + fix]
+                   + shifted)
+        self.expected = "\n".join(lines[:first] + wrapped + lines[last:])
+        self.cause, self.fix = cause.strip(), fix.strip()
+
+
+def _chain(block: list[ast.stmt], marker: str) -> list[tuple[list[ast.stmt], int]]:
+    """The blocks from the function's body down to the statement whose source holds `marker` (a
+    call only the target makes), each with the position of the statement on the way."""
+    for index, statement in enumerate(block):
+        if not isinstance(statement, (ast.For, ast.While, ast.If, ast.With, ast.Try)):
+            if marker in ast.unparse(statement):
+                return [(block, index)]
+            continue
+        for child in _blocks(statement):
+            found = _chain(child, marker)
+            if found:
+                return [(block, index), *found]
+    return []
+
+
+def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    if isinstance(statement, ast.Try):
+        return [statement.body, *[handler.body for handler in statement.handlers], statement.orelse,
+                statement.finalbody]
+    return [statement.body, getattr(statement, "orelse", [])]
+
+
+def _iteration(chain: list[tuple[list[ast.stmt], int]]) -> int:
+    """The first block of `chain` a run interrupted at its last statement may go back to: the
+    body of the innermost loop on the way, or past a `try ... finally`, or the function's body."""
+    first = 0
+    for depth, (block, index) in enumerate(chain[:-1]):
+        holder = block[index]
+        if isinstance(holder, (ast.For, ast.While)) or (isinstance(holder, ast.Try) and holder.finalbody):
+            first = depth + 1
+    return first

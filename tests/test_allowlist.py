@@ -42,7 +42,9 @@ from daifu.decide.allowlist import (
     context_for,
 )
 from daifu.decide.allowlist_system import system_attributes
-from daifu.decide.automatic import candidates
+from daifu.decide.candidates import candidates
+from daifu.config import settings
+from daifu.decide.verify import Verification
 from daifu.core.crash import Crash
 from daifu.report.build import build_report
 from repairbot.rules import analyse
@@ -480,7 +482,7 @@ def test_every_rules_suggestion_on_the_rules_tests_crashes_is_admitted(name: str
     crash = rules_crash(name, tmp_path)
     _, suggestions = analyse(build_report(crash))
     context = context_for(crash)
-    found = candidates(crash, suggestions)
+    found = candidates(Verification(crash, settings()), suggestions)
     assert found, name
     for candidate in found:
         verdict = check_suggestion(candidate.suggestion, context, getattr(candidate.decision, "source", None))

@@ -14,7 +14,10 @@ for _package in ("pydantic", "httpx"):
     pytest.importorskip(_package)
 
 import daifu
-from daifu.console.approval import approval_prompt
+from daifu.console.approval import approve
+from daifu.core.crash import Crash
+from daifu.core.decisions import Decision
+from tests.botfixtures import context_for
 
 
 @dataclass
@@ -49,6 +52,11 @@ def answering(monkeypatch: pytest.MonkeyPatch, *answers: str) -> list[str]:
 
     monkeypatch.setattr("builtins.input", fake_input)
     return asked
+
+
+def approval_prompt(crash: Crash, diagnosis: str, suggestions: list[Suggestion]) -> Decision | None:
+    """The approval prompt of automatic mode, asked from a policy (as the person at the terminal is)."""
+    return approve(crash, context_for(crash, daifu.settings()), diagnosis, suggestions)
 
 
 def prompting(*suggestions: Suggestion) -> Callable[[], int]:

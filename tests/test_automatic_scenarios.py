@@ -41,7 +41,8 @@ import numpy as np
 
 import daifu
 from daifu.state import RUN
-from repairbot.backends import Answer, RulesBackend
+from repairbot.backends.base import Answer
+from repairbot.backends.rules import RulesBackend
 from repairbot.server import start_in_thread
 from tests.botfixtures import report_of
 from tests.copies import fresh

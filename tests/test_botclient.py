@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import replace
 from pathlib import Path
 from collections.abc import Iterator
 
@@ -16,16 +17,18 @@ for _package in BOT:
     pytest.importorskip(_package)
 
 from daifu.core.patch import PatchRefused, patch_function, resolve
-from daifu.decide.automatic import decide, to_decision
+from daifu.decide.automatic import decide
+from daifu.decide.candidates import to_decision
 from daifu.decide.botclient import ask_bot
 from daifu.config import Settings
-from daifu.core.decisions import Action, Patch, Retry, Skip, SkipIteration, Surgery
+from daifu.core.crash import Crash
+from daifu.core.decisions import Action, Decision, Patch, Retry, Skip, SkipIteration, Surgery
 from daifu.decide.suggestions import check_action, check_surgery
 from daifu.report.build import build_report
 from repairbot.protocol import FunctionInfo, fingerprint
 from repairbot.protocol import Suggestion
 from repairbot.server import start_in_thread
-from tests.botfixtures import crash_from, report_of
+from tests.botfixtures import context_for, crash_from, report_of
 
 
 def halves(xs):
@@ -172,26 +175,30 @@ def settings(tmp_path: Path, approve: str) -> Settings:
     return Settings(mode="automatic", approve=approve, workspace=tmp_path / "ws")
 
 
+def deciding(crash: Crash, settings: Settings) -> Decision | None:
+    """Automatic mode's decision for `crash`, with no person to ask."""
+    return decide(crash, context_for(crash, settings), None)
+
+
 def test_without_a_trial_auto_applies_only_what_cannot_discard_state(tmp_path: Path) -> None:
     crash = crash_from(halves, [1, 2, 3, 4])  # a crash with no live run: no trial can be made
-    decision = decide(crash, settings(tmp_path, "auto"))
+    decision = deciding(crash, settings(tmp_path, "auto"))
     assert decision == Action("n = int(n)")  # rebinds a plain local; the surgery edits a statement
     assert crash.tried[-1][0] == repr(decision)
 
 
 def test_a_repair_that_did_not_hold_is_not_offered_again(tmp_path: Path) -> None:
     crash = crash_from(halves, [1, 2, 3, 4])
-    first = decide(crash, settings(tmp_path, "auto"))
-    again = crash_from(halves, [1, 2, 3, 4])
-    again.tried = list(crash.tried)
-    assert decide(again, settings(tmp_path, "auto")) is None  # only the untried surgery is left, and it needs a trial
+    first = deciding(crash, settings(tmp_path, "auto"))
+    again = replace(crash_from(halves, [1, 2, 3, 4]), tried=list(crash.tried))
+    assert deciding(again, settings(tmp_path, "auto")) is None  # only the untried surgery is left, and it needs a trial
     offered = json.loads((tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()[-1])
     assert [s["kind"] for s in offered["suggestions"]] == ["surgery"] and first == Action("n = int(n)")
 
 
 def test_never_records_and_returns_none(tmp_path: Path) -> None:
     crash = crash_from(halves, [1, 2, 3, 4])
-    assert decide(crash, settings(tmp_path, "never")) is None
+    assert deciding(crash, settings(tmp_path, "never")) is None
     entry = json.loads((tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()[-1])
     assert entry["approve"] == "never" and entry["suggestions"][0]["kind"] == "surgery"
     assert entry["fingerprint"] == fingerprint(build_report(crash))
@@ -199,10 +206,10 @@ def test_never_records_and_returns_none(tmp_path: Path) -> None:
 
 def test_ask_without_a_terminal_returns_none(tmp_path: Path) -> None:
     # pytest's stdin is not a TTY, so nobody can be asked
-    assert decide(crash_from(halves, [1, 2, 3, 4]), settings(tmp_path, "ask")) is None
+    assert deciding(crash_from(halves, [1, 2, 3, 4]), settings(tmp_path, "ask")) is None
 
 
 def test_runtime_objection_rules_a_suggestion_out(tmp_path: Path) -> None:
-    crash = crash_from(halves, [1, 2, 3, 4])
-    crash.check = lambda decision: "no surgery today" if isinstance(decision, Surgery) else None
-    assert isinstance(decide(crash, settings(tmp_path, "auto")), Action)
+    crash = replace(crash_from(halves, [1, 2, 3, 4]),
+                    check=lambda decision: "no surgery today" if isinstance(decision, Surgery) else None)
+    assert isinstance(deciding(crash, settings(tmp_path, "auto")), Action)

@@ -16,9 +16,9 @@ from tests.extras import BOT
 for _package in (*BOT, 'pexpect'):
     pytest.importorskip(_package)
 
-from daifu.console.approval import CHOICES
-from repairbot.backends import NO_QUESTIONS
-from repairbot.openai_backend import OpenAIBackend, forget_capabilities
+from daifu.console.prompt import CHOICES
+from repairbot.backends.base import NO_QUESTIONS
+from repairbot.backends.openai import OpenAIBackend, forget_capabilities
 from repairbot.server import start_in_thread
 from tests.fakellm import FakeLLM
 from tests.terminal import Terminal, line_of, program, spawn
@@ -201,7 +201,7 @@ def test_the_prompt_applies_each_candidates_own_decision() -> None:
     """The approval prompt rebuilds a decision from what it shows (`to_decision`): for a candidate
     that is the candidate's own decision, a patch's target and a surgery's restored lines included."""
     from daifu.core.decisions import Patch, Surgery
-    from daifu.decide.automatic import Candidate, to_decision
+    from daifu.decide.candidates import Candidate, to_decision
     from repairbot.protocol import Suggestion
 
     patch = Suggestion(kind="patch_function", code="def f():\n    return 1\n", explanation="x", confidence=0.5,
@@ -209,5 +209,5 @@ def test_the_prompt_applies_each_candidates_own_decision() -> None:
     restored = Surgery("def g():\n    key = 'the real one'\n    return key\n")
     sent = Suggestion(kind="surgery", code="def g():\n    key = '<redacted:secret>'\n    return key\n",
                       explanation="y", confidence=0.5)
-    assert to_decision(Candidate(patch, to_decision(patch))) == Patch("module:f", patch.code)
-    assert to_decision(Candidate(sent, restored)) == restored
+    assert to_decision(Candidate(to_decision(patch), patch)) == Patch("module:f", patch.code)
+    assert to_decision(Candidate(restored, sent)) == restored

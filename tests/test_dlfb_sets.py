@@ -17,7 +17,7 @@ def test_every_case_names_a_known_set_and_the_sets_are_apart() -> None:
     by_set = {name: [c.id for c in cases.select(sets=[name])] for name in cases.SETS}
     assert len(by_set["tuned"]) == 36
     assert len(by_set["holdout"]) >= 10
-    assert len(by_set["external"]) >= 6
+    assert len(by_set["realistic"]) == 8
     assert sum(len(ids) for ids in by_set.values()) == len(everything)
     assert {c.set for c in everything} <= set(cases.SETS)  # a blind set may still be being written
 
@@ -30,7 +30,7 @@ def test_quick_membership_is_the_tuned_ci_subset() -> None:
 
 
 def test_new_cases_are_complete_and_their_records_match_their_repairs() -> None:
-    for case in cases.select(sets=["holdout", "external"]):
+    for case in cases.select(sets=["holdout", "realistic"]):
         assert case.program("buggy").exists() and case.program("fixed").exists(), case.id
         assert case.program("buggy").read_text() != case.program("fixed").read_text(), case.id
         entries = harness.read_record(case.record)
@@ -61,7 +61,7 @@ def _row(case_id: str, set_name: str, auto: bool, finished: bool = True) -> dict
 
 def test_summary_gives_the_automatic_rate_of_each_set_apart() -> None:
     rows = [_row("a", "tuned", True), _row("b", "tuned", True), _row("c", "holdout", False, finished=False),
-            _row("d", "holdout", True), _row("e", "external", False, finished=True), _row("f", "external", False,
+            _row("d", "holdout", True), _row("e", "realistic", False, finished=True), _row("f", "realistic", False,
                                                                                          finished=False)]
     summary = harness.summarize(rows)
     assert summary["recovered_automatic"] == 3
@@ -70,11 +70,11 @@ def test_summary_gives_the_automatic_rate_of_each_set_apart() -> None:
                                           "recovered_automatic": 1, "finished_off_automatic": 0,
                                           "automatic_outcomes": {"recovered": 0, "harmful": 0, "declined": 0,
                                                                  "failed": 0}}  # these rows predate outcomes
-    assert summary["sets"]["external"]["recovered_automatic"] == 0
-    assert summary["sets"]["external"]["finished_off_automatic"] == 1
+    assert summary["sets"]["realistic"]["recovered_automatic"] == 0
+    assert summary["sets"]["realistic"]["finished_off_automatic"] == 1
     lines = report.summary_lines(summary)
     assert any(line.startswith("holdout:") and "recovered automatically 1/2 (50%)" in line for line in lines)
-    assert any(line.startswith("external:") and "recovered automatically 0/2 (0%)" in line for line in lines)
+    assert any(line.startswith("realistic:") and "recovered automatically 0/2 (0%)" in line for line in lines)
     table = report.text_table({"cases": rows, "summary": summary})
     assert "candidates / trials / time to repair" in table
 

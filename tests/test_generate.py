@@ -20,7 +20,7 @@ for _package in (*BOT, 'torch'):
 
 from daifu.report.build import build_report
 from repairbot.generate import generate, rank
-from repairbot.generate.candidate import DROPS_ELEMENTS, SKIPS_ITERATION, Candidate
+from repairbot.generate.candidate import DROPS_ELEMENTS, SKIPS_ITERATION, GeneratedRepair
 from repairbot.generate.view import View, sites
 from repairbot.protocol import Suggestion
 from repairbot.rules import analyse
@@ -40,7 +40,7 @@ def answer(fn, *args) -> list[Suggestion]:
     return suggestions
 
 
-def generated(fn, *args) -> list[Candidate]:
+def generated(fn, *args) -> list[GeneratedRepair]:
     """The generated candidates alone (no rules), unranked."""
     found, _ = generate(build_report(crash_from(fn, *args)))
     return found
@@ -452,18 +452,19 @@ def test_ranking_puts_what_gives_up_work_last_and_keeps_confidences_non_increasi
 
 
 def test_candidates_are_deduplicated_and_bounded() -> None:
-    candidates = [Candidate("surgery", f"edit {i}", "shapes", 1, code=f"def f():\n    return {i % 3}\n")
+    candidates = [GeneratedRepair("surgery", f"edit {i}", "shapes", 1, code=f"def f():\n    return {i % 3}\n")
                   for i in range(40)]
-    candidates += [Candidate("retry", "again", "transient", 2) for _ in range(5)]
+    candidates += [GeneratedRepair("retry", "again", "transient", 2) for _ in range(5)]
     kept = rank.ranked(candidates, [])
     assert [c.kind for c in kept] == ["retry", "surgery", "surgery", "surgery"]
-    many = [Candidate("surgery", "x", "shapes", 1, code=f"def f():\n    return {i}\n") for i in range(40)]
+    many = [GeneratedRepair("surgery", "x", "shapes", 1, code=f"def f():\n    return {i}\n") for i in range(40)]
     assert len(rank.ranked(many, [])) == rank.MAX_WHOLE_DEFS <= rank.MAX_CANDIDATES
 
 
 def test_a_candidate_that_builds_a_new_layer_is_labelled_as_discarding_state() -> None:
-    fresh_layer = Candidate("action", "rebuild", "rules", 2, code="import torch\nmodel.fc = torch.nn.Linear(3, 4)")
-    flatten = Candidate("action", "flatten", "shapes", 1, code="x = x.flatten(1)")
+    fresh_layer = GeneratedRepair("action", "rebuild", "rules", 2,
+                                  code="import torch\nmodel.fc = torch.nn.Linear(3, 4)")
+    flatten = GeneratedRepair("action", "flatten", "shapes", 1, code="x = x.flatten(1)")
     kept = rank.ranked([fresh_layer, flatten], [])
     assert [c.explanation for c in kept] == ["flatten", "rebuild"] and "discards trained state" in kept[1].gives_up
 

@@ -22,10 +22,10 @@ for _package in (*BOT, 'torch'):
 
 import daifu
 from daifu.core.trial import unavailable
-from daifu.decide.automatic import MAX_SKIPS
+from daifu.decide.candidates import MAX_SKIPS
 from daifu.report.build import build_report
 from daifu.state import RUN
-from repairbot.rules.context import Context
+from repairbot.rules.context import ReportView
 from repairbot.rules.engine import RULES
 from repairbot.server import start_in_thread
 from tests.botfixtures import crash_from
@@ -58,7 +58,7 @@ def answers(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def no_rule_knows(fn: Callable[..., Any], *args: Any) -> bool:
-    context = Context(build_report(crash_from(fn, *args)))
+    context = ReportView(build_report(crash_from(fn, *args)))
     return all(rule(context) is None for rule in RULES)
 
 

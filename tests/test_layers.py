@@ -59,20 +59,22 @@ def test_the_core_loads_no_console_bot_client_service_or_heavy_library(tmp_path:
         """,
         tmp_path,
     )
-    layers = ("daifu.console", "daifu.decide.botclient", "daifu.decide.automatic", "daifu.cli", "repairbot")
+    layers = ("daifu.console", "daifu.decide.botclient", "daifu.decide.automatic", "daifu.decide.verify",
+              "daifu.decide.transport", "daifu.cli", "repairbot")
     assert offenders(modules, HEAVY + layers) == []
     assert "daifu.core.resume" in modules  # the probe did vaccinate and resume
 
 
 CRASH_PATH = (
-    "difflib", "json", "daifu.core.crash", "daifu.core.decisions", "daifu.core.surgery", "daifu.core.patch",
-    "daifu.core.actions", "daifu.decide.chain", "daifu.report.redact", "daifu.store.repairs",
+    "difflib", "json", "daifu.core.crash", "daifu.core.decisions", "daifu.core.kinds", "daifu.core.surgery",
+    "daifu.core.patch", "daifu.core.actions", "daifu.decide.chain", "daifu.report.redact", "daifu.store.repairs",
 )
 """What every repair goes through: `import daifu` leaves it alone, the first vaccination loads it (so a
 first crash does not pay for it in its restore time: issue 14)."""
 USED_ONLY_WHEN_ASKED = (
     "multiprocessing", "socket", "uuid", "datetime", "loguru", "daifu.core.trial", "daifu.core.sandbox",
-    "daifu.decide.automatic", "daifu.decide.botclient", "daifu.console",
+    "daifu.decide.automatic", "daifu.decide.botclient", "daifu.decide.candidates", "daifu.decide.verify",
+    "daifu.decide.transport", "daifu.console",
 )
 """Trials, the repair bot's client, the console, loguru: loaded only by the run that uses them."""
 

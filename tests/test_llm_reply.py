@@ -1,4 +1,4 @@
-"""Reading a model's reply (`repairbot.llm_reply`) and making its code a repair (`repairbot.llm_code`)."""
+"""Reading a model's reply (`repairbot.llm_parse`) and making its code a repair (`repairbot.llm_code`)."""
 
 # ruff: noqa: E402
 from __future__ import annotations
@@ -20,7 +20,7 @@ from repairbot.llm_code import (
     problems,
     whole_function,
 )
-from repairbot.llm_reply import ReplyError, confidence, read_object, read_proposal, read_proposals
+from repairbot.llm_parse import ReplyError, confidence, read_object, read_proposal, read_proposals
 
 SOURCE = """    @torch.no_grad()
     def score(self, batch: list, scale: float = 1.0) -> float:

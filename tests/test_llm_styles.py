@@ -23,7 +23,7 @@ import httpx
 
 import daifu
 from daifu.state import RUN
-from repairbot.openai_backend import OpenAIBackend, forget_capabilities
+from repairbot.backends.openai import OpenAIBackend, forget_capabilities
 from repairbot.protocol import SuggestResponse
 from repairbot.server import start_in_thread
 from tests.copies import fresh

@@ -23,9 +23,9 @@ for _package in BOT:
 import httpx
 import daifu
 from daifu.cli.main import main as daifu_main
-from repairbot.backends import NO_QUESTIONS
+from repairbot.backends.base import NO_QUESTIONS
 from repairbot.bounds import MAX_REPLY_TEXT
-from repairbot.openai_backend import OpenAIBackend, forget_capabilities
+from repairbot.backends.openai import OpenAIBackend, forget_capabilities
 from repairbot.protocol import Attempt, Exchange, SuggestResponse
 from repairbot.server import start_in_thread
 from tests.copies import fresh

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import inspect
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +20,18 @@ for _package in BOT:
 
 import daifu
 from daifu.cli import main as cli
-from daifu.decide.automatic import RECORD_NAME, restored
+from daifu.decide.automatic import RECORD_NAME
+from daifu.decide.candidates import restored
 from daifu.core.decisions import Surgery
-from daifu.report.redact import has_placeholder, is_secret_key, looks_like_environment, redact, restore_lines
+from daifu.report.redact import (
+    has_placeholder,
+    is_secret_key,
+    looks_like_environment,
+    redact,
+    restore_lines,
+    scrub,
+    secret_values,
+)
 from daifu.report.summary import summarize
 from tests.botfixtures import crash_from, served_scripted_bot
 
@@ -256,3 +268,174 @@ def test_a_secret_set_changed_or_removed_between_two_redactions_is_seen_at_once(
     )
     monkeypatch.delenv("SERVICE_API_KEY")
     assert redact("sent second-secret-value") == "sent second-secret-value"
+
+
+# -- issue 28.4: a secret known by value is found disguised; what code can fill is sent bounded -------------
+
+KEY = "sk-proj-CANARYdisguised0123456789abcdefXYZ"
+
+
+def _pieces(secret: str) -> set[str]:
+    """Every run of 8 characters of `secret` and of its reverse that mixes letters and digits or cases."""
+    runs = {text[i : i + 8] for text in (secret, secret[::-1]) for i in range(len(secret) - 7)}
+    return {run for run in runs if sum(any(t(c) for c in run) for t in (str.islower, str.isupper, str.isdigit)) > 1}
+
+
+def disguises(secret: str) -> dict[str, str]:
+    """`secret` as code may store it to carry it out unrecognised."""
+    data = secret.encode()
+    return {
+        "reversed": secret[::-1],
+        "hex": data.hex(),
+        "HEX reversed": data.hex().upper()[::-1],
+        "base64": base64.b64encode(data).decode(),
+        "base64 at offset 1": base64.b64encode(b"x" + data).decode(),
+        "base64 at offset 2, URL-safe": base64.urlsafe_b64encode(b"xy" + data).decode(),
+        "base64 of the reverse": base64.b64encode(secret[::-1].encode()).decode(),
+        "base64 reversed": base64.b64encode(data).decode()[::-1],
+        "joined with a separator": secret[:17] + " | " + secret[17:],
+        "in three pieces": "-".join((secret[:12], secret[12:26], secret[26:])),
+    }
+
+
+@pytest.mark.parametrize("form", list(disguises(KEY)))
+def test_an_environment_secret_is_found_disguised(form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    text = f"note = {disguises(KEY)[form]!r}, lr=0.1"
+    shown = redact(text)
+    assert not [piece for piece in _pieces(KEY) if piece in shown], shown
+    assert shown.startswith("note = '") and shown.endswith("', lr=0.1") and "<redacted:" in shown
+
+
+def test_a_crashs_own_secret_is_scrubbed_in_two_halves_in_two_fields() -> None:
+    password = "Tr0ub4dor&3-CANARY-horse"
+    halves = [f"part a: {password[:12]}", f"part b: {password[12:]}"]
+    assert [scrub(half, {password}) for half in halves] == ["part a: <redacted:secret>", "part b: <redacted:secret>"]
+
+
+@pytest.mark.parametrize(
+    "disguised",
+    [
+        KEY[::-1],
+        KEY.encode().hex(),
+        base64.b64encode(json.dumps({"k": KEY}).encode()).decode(),
+        base64.b64encode(KEY[::-1].encode()).decode(),
+        base64.urlsafe_b64encode(KEY.encode()).decode()[::-1],
+    ],
+    ids=["reversed", "hex", "base64 of JSON holding it", "base64 of the reverse", "base64 reversed"],
+)
+def test_a_key_of_a_known_shape_is_found_disguised_without_knowing_it(disguised: str) -> None:
+    assert redact(f"x = {disguised}") == "x = <redacted:disguised-key>"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x1024 and 512x10)",
+        "checkpoint_epoch_0003_valloss_0.1234.pt",
+        "c2VsZWN0IHRoZSBiZXN0IG1vZGVsIGJ5IHZhbGlkYXRpb24gbG9zcw==",  # base64 of an ordinary sentence
+        "d41d8cd98f00b204e9800998ecf8427e",  # an MD5
+    ],
+)
+def test_ordinary_text_and_encodings_without_a_key_are_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_a_crashs_value_that_holds_a_key_under_any_name_is_a_secret() -> None:
+    found = secret_values([{"config_line": f"model=gpt openai={KEY}"}], [])
+    assert KEY in found
+
+
+@pytest.mark.torch
+def test_what_code_can_put_in_an_optimizer_is_sent_bounded_and_says_it_was_cut() -> None:
+    torch = pytest.importorskip("torch")
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=0.01)
+    for index in range(40):
+        optimizer.param_groups[0][f"extra_{index}"] = "x" * 10_000
+    summary = summarize(optimizer)
+    assert summary.facts["lr"] == 0.01 and summary.facts["betas" if "betas" in summary.facts else "lr"]
+    assert "settings of the first param group" in summary.facts["cut"][0]
+    assert len(summary.text) <= 300 and all(len(str(v)) <= 200 for v in summary.facts.values())
+    assert len(json.dumps(summary.facts)) < 4000
+
+
+@pytest.mark.torch
+def test_a_models_attribute_names_are_sent_bounded() -> None:
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential()
+    for index in range(80):
+        model.add_module(f"layer{index}_" + "x" * 5000, torch.nn.Linear(2, 2))
+    facts = summarize(model).facts
+    assert len(facts["linears"]) == 50 and all(len(name) <= 200 for name, _, _ in facts["linears"])
+    assert "texts over 200 characters" in facts["cut"] and len(json.dumps(facts)) < 20_000
+
+
+# The acceptance case: admitted code reads the key as a process can (/proc/self/environ, which only holds
+# the environment the process started with, so the program runs in its own process), hides it in the
+# program's state in every disguise, and the next crash's report, as the repair bot receives it, carries
+# none of them.
+EXFILTRATING_PROGRAM = '''
+import base64, sys
+import torch
+import daifu
+
+STEAL = """
+environ = open("/proc/self/environ", "rb").read().split(b"\\\\0")
+key = next(e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"OPENAI_API_KEY="))
+group = optimizer.param_groups[0]
+group["tag"] = key[::-1]
+group["part_a"], group["part_b"] = key[:17], key[17:]
+holder.encoded = base64.b64encode(b"x" + key.encode()).decode()
+holder.table["hex"] = key.encode().hex()
+holder.joined = key[:17] + " | " + key[17:]
+"""
+
+
+class Holder:
+    def __init__(self):
+        self.table = {}
+
+    def __repr__(self):
+        return f"Holder({self.__dict__})"
+
+
+@daifu.transform
+def train(model, optimizer, holder):
+    for step in range(4):
+        loss = model(torch.ones(1, 2)).sum() * optimizer.param_groups[0]["scale"]
+        tag = optimizer.param_groups[0]["tag"]  # KeyError, repaired by the action that steals the key
+        optimizer.zero_grad(); loss.backward(); optimizer.step()
+        if step == 2:
+            raise FloatingPointError("loss diverged")  # the next crash: its report goes to the bot
+    return step
+
+
+daifu.configure(mode="automatic", approve="never", bot_url=sys.argv[1], workspace=sys.argv[2])
+daifu.set_policy(lambda crash: daifu.Action(STEAL) if crash.exception_type == "KeyError" else None)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+optimizer.param_groups[0]["scale"] = 1.0
+train(model, optimizer, Holder())
+'''
+
+
+@pytest.mark.torch
+def test_a_key_stolen_from_the_environment_and_hidden_in_the_programs_state_is_not_sent(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    program = tmp_path / "train.py"
+    program.write_text(EXFILTRATING_PROGRAM)
+    environment = {**os.environ, "OPENAI_API_KEY": KEY, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    with served_scripted_bot() as (bot, url):
+        done = subprocess.run(
+            [sys.executable, str(program), url, str(tmp_path / "ws")],
+            env=environment, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        )
+    assert "FloatingPointError: loss diverged" in done.stderr, done.stderr[-3000:]
+    assert len(bot.requests) == 1, done.stderr[-3000:]
+    sent = bot.requests[0].decode()
+    report = json.loads(sent)["report"]
+    optimizer, holder = report["variables"]["optimizer"], report["variables"]["holder"]
+    assert "'tag': '<redacted:" in optimizer["text"] and optimizer["facts"]["part_a"].startswith("<redacted:")
+    assert "Holder({'table': {'hex': '<redacted:" in holder["text"]
+    assert [piece for piece in _pieces(KEY) if piece in sent] == []
+    assert [name for name, form in disguises(KEY).items() if form in sent] == []

@@ -31,7 +31,15 @@ from daifu import config
 from daifu.core import trial
 from daifu.decide import distributed
 from repairbot.pending import PendingStore, Status
-from repairbot.protocol import JobInfo, PendingCandidate, PendingRepairRequest, ProposalAnswer, RepairChoice
+from repairbot.protocol import (
+    EDIT_KINDS,
+    PLAIN_CHOICES,
+    JobInfo,
+    PendingCandidate,
+    PendingRepairRequest,
+    ProposalAnswer,
+    RepairChoice,
+)
 from repairbot.rules import analyse
 from repairbot.server import start_in_thread
 from tests.botfixtures import report_of
@@ -109,6 +117,19 @@ def csrf_of(client: httpx.Client, repair_id: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page)
     assert found, page[:2000]
     return found.group(1)
+
+
+def test_the_page_offers_the_protocols_choices_with_their_labels(url: str) -> None:
+    """The buttons of the plain choices and the kinds of an edit come from the protocol's one list of them
+    (`PLAIN_CHOICES`, `EDIT_KINDS`); a choice the runtime refuses here is disabled, with its reason."""
+    process = FakeProcess(url)
+    with logged_in(url) as client:
+        page = client.get(f"/ui/repairs/{process.id}").text
+    for choice, (label, _words) in PLAIN_CHOICES.items():
+        button = re.search(rf'<button class="{choice}" type="submit"([^>]*)>([^<]*)</button>', page)
+        assert button is not None and button.group(2) == label, choice
+        assert ("disabled" in button.group(1)) == (choice == "skip_iteration")
+    assert all(f'name="kind" value="{kind}"' in page for kind in EDIT_KINDS)
 
 
 # -- the page needs the token, forms need the CSRF token, everything is escaped ------------------
@@ -361,9 +382,9 @@ def test_the_settings_are_validated() -> None:
 
 
 def test_followers_of_a_distributed_job_wait_as_long_as_the_leader_may(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert distributed._decision_timeout() == 1800.0
+    assert distributed._decision_timeout(daifu.settings()) == 1800.0
     config.configure(approve="remote", remote_deadline=7200)
-    assert distributed._decision_timeout() == 7800.0
+    assert distributed._decision_timeout(daifu.settings()) == 7800.0
 
 
 needs_trials = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no trials here: {trial.unavailable()}")

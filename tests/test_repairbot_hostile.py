@@ -30,7 +30,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import httpx
-from repairbot.backends import Answer, RulesBackend
+from repairbot.backends.base import Answer
+from repairbot.backends.rules import RulesBackend
 from repairbot.bounds import MAX_SUGGESTIONS, MAX_WHOLE_DEFS
 from repairbot.server import is_loopback, start_in_thread
 from tests.hostilefixtures import base_report, huge_message_report, many_floats_report
@@ -377,7 +378,7 @@ def test_openapi_lists_the_error_responses(url: str) -> None:
     paths = httpx.get(f"{url}/openapi.json", timeout=10).json()["paths"]
     for path in ("/v1/suggest", "/v1/diagnose"):
         responses = paths[path]["post"]["responses"]
-        assert {"200", "400", "401", "413", "422", "503"} <= set(responses), (path, sorted(responses))
+        assert {"200", "400", "401", "408", "413", "422", "503"} <= set(responses), (path, sorted(responses))
         assert responses["422"]["content"]["application/json"]["schema"]["$ref"].endswith("ValidationErrorResponse")
     assert "401" in paths["/v1/backends"]["get"]["responses"]
 

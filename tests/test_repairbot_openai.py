@@ -27,7 +27,7 @@ for _package in (*BOT, "openai"):
 import httpx
 
 from repairbot.protocol import Attempt, CrashReport
-from repairbot.openai_backend import OpenAIBackend, forget_capabilities
+from repairbot.backends.openai import OpenAIBackend, forget_capabilities
 from repairbot.server import start_in_thread
 from tests.fakellm import FakeLLM, Reply, openai_error
 from tests.llmcases import Case, cases

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -83,8 +85,8 @@ def deep(n, payload):
 
 def test_reports_stay_within_their_bound() -> None:
     crash = crash_from(deep, 300, ["y" * 250] * 100)
-    crash.source += "# padding\n" * 40_000
-    crash.locals = {**crash.locals, **{f"extra{i}": "y" * 10_000 for i in range(300)}}
+    crash = replace(crash, source=crash.source + "# padding\n" * 40_000,
+                    locals={**crash.locals, **{f"extra{i}": "y" * 10_000 for i in range(300)}})
     report = build_report(crash)
     assert len(report.model_dump_json().encode()) <= MAX_REPORT_BYTES
     assert report.truncated and report.frames[-1].code == 'raise ValueError("bottom")'
@@ -156,6 +158,78 @@ def test_a_repr_or_str_that_never_returns_is_cut_short_and_paid_once(decide) -> 
     report = reports[0]
     assert report.variables["value"].text == "<repr timed out>" and calls == ["repr"]
     assert report.exception.message == "<str timed out>"
+
+
+class Blocked:
+    """A value whose description waits on `release`, as a native `__repr__` blocked on a lock or a
+    socket would: no Python line runs meanwhile, so only a deadline outside the call can end the wait."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def __repr__(self) -> str:
+        self.release.wait(600)
+        return "Blocked()"
+
+
+class BlockedClass:
+    """A value whose `__class__` property blocks (`isinstance` reads it)."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        self.release.wait(600)
+        return BlockedClass
+
+
+class BlockedList(list):
+    """A list whose `__len__` blocks."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__([1, 2])
+        self.release = release
+
+    def __len__(self) -> int:
+        self.release.wait(600)
+        return 2
+
+
+class BlockedError(Exception):
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def __str__(self) -> str:
+        self.release.wait(600)
+        return "blocked"
+
+
+def test_a_repr_len_or_class_blocked_in_native_code_does_not_hold_the_crash(decide) -> None:
+    """Issue 28.5: describing values runs under a real deadline; the blocked calls are abandoned."""
+    release = threading.Event()
+    reports = []
+    decide(lambda crash: reports.append(build_report(crash)) or daifu.Skip())
+
+    @daifu.transform
+    def train():
+        value, shape, items = Blocked(release), BlockedClass(release), BlockedList(release)
+        raise BlockedError(release)
+
+    handled = threading.Event()
+
+    def run() -> None:
+        train()
+        handled.set()
+
+    try:
+        threading.Thread(target=run, daemon=True).start()
+        assert handled.wait(120), "the crash was held by a blocked description"
+    finally:
+        release.set()  # the abandoned helpers finish
+    variables = reports[0].variables
+    assert [variables[name].text for name in ("value", "shape", "items")] == ["<repr timed out>"] * 3
+    assert reports[0].exception.message == "<str timed out>"
 
 
 @pytest.mark.torch

@@ -163,6 +163,27 @@ def test_surgery_binding_a_name_the_crash_missed_resumes_without_compiling_the_f
     assert train([6]) == 3.0  # the next call runs the new code
 
 
+LOG_TO_SERVICE = False  # `service` is imported only when this is True
+
+
+def test_surgery_is_applied_when_the_function_reads_an_undefined_name_on_a_branch_not_taken(decide):
+    # A training script logging to a service only when asked (`wandb` in nanoGPT): the surgery
+    # does not touch that name, and the plain program runs fine without it.
+    @daifu.transform
+    def train(n):
+        total = 0.0
+        for i in range(n):
+            if LOG_TO_SERVICE:
+                service.log({"i": i})  # noqa: F821
+            total += 1 / (i - 2)
+        return total
+
+    seen = decide(lambda c: daifu.Surgery(c.source.replace("1 / (i - 2)", "1 / ((i - 2) or 1)")))
+    assert train(5) == -0.5 - 1 + 1 + 1 + 0.5
+    assert len(seen) == 1 and seen[0].tried == [(repr(daifu.Surgery(seen[0].source.replace(
+        "1 / (i - 2)", "1 / ((i - 2) or 1)"))), "applied (policy)")]
+
+
 def test_surgery_of_a_loop_body_after_its_iterator_raised_goes_on_with_the_next_item(decide):
     class Fetch:
         """An iterator over items 0 to 4 whose fetch of item 3 fails once (per `Loader`)."""

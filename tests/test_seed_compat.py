@@ -28,7 +28,7 @@ import pytest
 import daifu
 from daifu import config
 from daifu.cli.launch import vaccinated_code
-from daifu.core import decisions
+from daifu.core import decisions, kinds
 from daifu.state import RUN
 from daifu.store import record
 
@@ -299,6 +299,41 @@ def test_a_surgery_replaces_the_body_and_keeps_the_scope(tmp_path: Path) -> None
     assert "int(item)" in module.main.__daifu__.current.source and module.lr == 0.5
 
 
+def test_a_resume_inside_an_except_as_handler_keeps_its_name(tmp_path: Path) -> None:
+    # The crashed frame unwinds through the handler, whose cleanup unbinds `e` (a module global
+    # here): the run resumes inside the handler, where `e` is bound again.
+    module = load(tmp_path, """
+        import daifu
+
+        fire = [True]
+
+        def flaky(t):
+            if fire[0]:
+                fire[0] = False
+                raise RuntimeError("once")
+            t.append("f")
+
+        def fy(a, b):
+            t = []
+            try:
+                if b % 2 == 0:
+                    raise ValueError(1)
+            except ValueError as e:
+                flaky(t)
+                t.append(("caught", e.args[0]))
+            return t
+
+        fire[0] = False
+        plain = fy(1, 2)
+        fire[0] = True
+        fy = daifu.transform(globals())(fy)
+    """)
+    assert module.plain == ["f", ("caught", 1)]
+    daifu.set_policy(lambda crash: daifu.Retry())
+    assert module.fy(1, 2) == ["f", ("caught", 1)]
+    assert not hasattr(module, "e")  # left as Python leaves a handler
+
+
 # -- 2. the record's life cycle ---------------------------------------------------------------------
 
 
@@ -379,7 +414,7 @@ def test_plays_are_carried_out_in_order_with_one_resume(tmp_path: Path, decide) 
         "Repair 1 Begin", "Repairing... Action", "Repairing... Surgery", "Repair 1 End"]
     (entry,) = [json.loads(line) for line in (tmp_path / "daifu_workspace" / "repairs.jsonl").read_text().splitlines()]
     assert entry["decision"] == "Plays" and entry["plays"] == ["Action", "Surgery"]
-    assert decisions.from_data({"play": "Plays", "steps": entry["steps"]}) == plays
+    assert kinds.from_data({"play": "Plays", "steps": entry["steps"]}) == plays
 
 
 def test_a_refused_step_refuses_the_whole_and_leaves_the_state(tmp_path: Path, decide) -> None:
@@ -411,11 +446,11 @@ def test_a_trial_of_several_plays_runs_them_on_a_copy(tmp_path: Path, decide) ->
 
 def test_the_codec_stores_plays_and_refuses_what_cannot_be_a_step() -> None:
     plays = daifu.Plays((daifu.Action("x = 1"), daifu.Surgery("def f():\n    pass\n"), daifu.Skip()))
-    assert decisions.from_data(json.loads(json.dumps(decisions.to_data(plays)))) == plays
+    assert kinds.from_data(json.loads(json.dumps(kinds.to_data(plays)))) == plays
     with pytest.raises(decisions.BadDecision):
         daifu.Plays((daifu.Raise(),))  # type: ignore[arg-type]
     with pytest.raises(decisions.BadDecision):
-        decisions.from_data({"play": "Plays", "steps": [{"play": "Plays", "steps": []}]})
+        kinds.from_data({"play": "Plays", "steps": [{"play": "Plays", "steps": []}]})
 
 
 # -- 4. daifu.logger -----------------------------------------------------------------------------------
@@ -452,9 +487,9 @@ def test_daifu_logger_is_loguru_loaded_on_first_use_and_writes_into_the_record(t
 
 
 def test_pass_is_a_retry_stored_as_pass_and_skip_has_its_own_name() -> None:
-    assert decisions.from_play("Pass", None) == decisions.Pass() and isinstance(decisions.Pass(), daifu.Retry)
-    assert decisions.play_name(daifu.Skip()) == "Skip" and decisions.from_play("Skip", None) == daifu.Skip()
-    assert decisions.from_data({"play": "Pass"}, decisions.PLAYS_VERSION_1) == daifu.Skip()  # DaiFu's old records
+    assert kinds.from_play("Pass", None) == decisions.Pass() and isinstance(decisions.Pass(), daifu.Retry)
+    assert kinds.play_name(daifu.Skip()) == "Skip" and kinds.from_play("Skip", None) == daifu.Skip()
+    assert kinds.from_data({"play": "Pass"}, kinds.PLAYS_VERSION_1) == daifu.Skip()  # DaiFu's old records
 
 
 def test_a_recorded_skip_of_an_older_record_still_replays_as_a_skip(tmp_path: Path) -> None:

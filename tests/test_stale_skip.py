@@ -2,8 +2,8 @@
 
 Skipping `action = pick(state)` leaves `action` holding the previous step's value: the trial (one
 iteration) finishes healthy, and the run goes on to a different result that nothing flags. This is
-what the DLFailureBenchmark's `ext_reinforce_nan_observation` did in automatic mode (running reward
-41 against 60). A bot over real HTTP (`ScriptedBot`) offers only that skip; DaiFu must not apply
+what a REINFORCE program of the DLFailureBenchmark (one NaN observation) once did in automatic mode
+(running reward 41 against 60). A bot over real HTTP (`ScriptedBot`) offers only that skip; DaiFu must not apply
 it, and the run ends with its own exception. The control: a skipped statement that assigns nothing
 (a call made for its effect) is still applied once its trial passes, at most `MAX_SKIPS` times at one site.
 """
@@ -24,7 +24,7 @@ for _package in BOT:
 
 import daifu
 from daifu.core.trial import unavailable
-from daifu.decide.automatic import MAX_SKIPS
+from daifu.decide.candidates import MAX_SKIPS
 from daifu.state import RUN
 from repairbot.protocol import Suggestion
 from tests.botfixtures import ScriptedBot, served_scripted_bot
@@ -108,7 +108,8 @@ def test_skips_at_one_site_are_bounded(skipping: int) -> None:
 
 def test_code_outside_the_allowlist_is_not_run_before_a_person_chooses(tmp_path: Path) -> None:
     from daifu.config import settings
-    from daifu.decide.automatic import candidates, tried_for_a_person
+    from daifu.decide.candidates import candidates
+    from daifu.decide.verify import Verification
 
     suggestions = [
         Suggestion(kind="action", code="import subprocess\nstate = 0.0", explanation="outside the allowlist",
@@ -118,7 +119,8 @@ def test_code_outside_the_allowlist_is_not_run_before_a_person_chooses(tmp_path:
     seen: dict[str, list] = {}
 
     def policy(crash):
-        options = tried_for_a_person(crash, candidates(crash, suggestions), settings())
+        stage = Verification(crash, settings())
+        options = stage.for_a_person(candidates(stage, suggestions))
         seen["options"] = [(c.suggestion.code, bool(c.unsafe), c.verdict is not None) for c in options]
         return daifu.Skip()
 

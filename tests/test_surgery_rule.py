@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import ast
 import random
+from collections import Counter
 from dataclasses import replace
 import textwrap
 
 import pytest
 
-from daifu.core.blocks import Path, annotate, child_blocks, locate, node_at, path_of
+from daifu.core.blocks import Path, annotate, block_of, child_blocks, iteration_start, locate, node_at, path_of
 from daifu.core.rewrite import number_finals
 from daifu.core.source import normalize, parse_function
 from daifu.core.changes import Change
@@ -141,6 +142,30 @@ def test_a_surgery_reading_names_the_function_assigns_builtins_and_globals_is_ad
 
 def test_a_name_nothing_defines_is_named() -> None:
     assert refused_names("total += item * scale") == [
+        "the new source reads 'scale', which nothing defines (not assigned in the new function, not a "
+        "parameter, a module global or a builtin)"
+    ]
+
+
+GUARDED = ("def step(batch, log):\n    total = 0\n    for item in batch:\n        if LOGGING:\n"
+           "            service.log(item)\n        total += item\n    log.append(total)\n")
+"""A function that reads `service` only on a branch not taken: nothing defines it unless logging is on."""
+
+
+@pytest.mark.parametrize("changed", [
+    "total += abs(item)",  # another line: the change does not touch the name
+    "total += item if service is None else 0",  # a new read of it: the old code read it as well
+])
+def test_a_name_the_crashed_version_already_read_is_not_the_surgerys_to_define(changed: str) -> None:
+    # Python's business, as in the plain program: a NameError if the branch that reads it runs.
+    new = GUARDED.replace("total += item", changed)
+    assert refusals(GUARDED, 1, "t.py", new, 6, ("LOGGING",)) == []
+    assert "'scale'" in refusals(GUARDED, 1, "t.py", new.replace("total += ", "total += scale + "), 6, ("LOGGING",))[0]
+
+
+def test_a_name_that_was_a_local_is_a_new_read_when_the_surgery_unbinds_it() -> None:
+    old = "def f(xs):\n    scale = 2\n    for x in xs:\n        g(x * scale)\n"
+    assert refusals(old, 1, "t.py", old.replace("scale = 2", "pass"), 4, ("g",)) == [
         "the new source reads 'scale', which nothing defines (not assigned in the new function, not a "
         "parameter, a module global or a builtin)"
     ]
@@ -350,6 +375,53 @@ def _stamped(fdef: ast.FunctionDef) -> list[tuple[int, Path, int | None]]:
         found.append((statement.lineno, path_of(statement), getattr(statement, "_daifu_final", None)))
         todo += [s for _name, block in child_blocks(statement) for s in block]
     return sorted(found)
+
+
+def _above(old: Version, path: Path, level: int) -> int | None:
+    """The position of the simple one-line statement nearest before `path` in its block at `level`
+    (the block at `path[:level]`) that a surgery can change on its line; `None` if there is none."""
+    block = old.fdef.body if level == 0 else block_of(node_at(old.fdef, path[: level - 1]), path[level - 1])
+    for position in reversed(range(path[level])):
+        statement = block[position]
+        if isinstance(statement, (ast.Expr, ast.Assign, ast.AugAssign)) and statement.lineno == statement.end_lineno:
+            return position
+    return None
+
+
+def test_a_surgery_above_the_crash_resumes_at_it_at_every_nesting_level() -> None:
+    """Differential: in generated functions, for a run interrupted at each statement, a one-line
+    surgery of a statement before it at each level of its path (its own block, each enclosing
+    block): the run resumes at the changed statement when that is in the interrupted iteration
+    (`iteration_start`: the innermost loop's body, crossing `if`, `with` and `try` without
+    `finally`), else at the faulty statement's counterpart; the derived version (`_across`) and
+    the parsed one (the block matcher) agree on it."""
+    at_change: Counter[int] = Counter()
+    kept = derived = 0
+    for seed in range(40):
+        source = ProgramGenerator(seed).source()
+        lines = source.split("\n")
+        old = build_version(0, source, 1, "g.py", 0, (), fast=False)
+        for _line, path, _final in _stamped(old.fdef)[seed % 2 :: 2]:  # half of them: it takes a while
+            top = iteration_start(old.fdef, path)
+            for level in range(0, len(path), 2):
+                position = _above(old, path, level)
+                if position is None:
+                    continue
+                changed = path[:level] + (position,)
+                line = node_at(old.fdef, changed).lineno
+                new_source = "\n".join(lines[: line - 1] + [lines[line - 1] + " or 0"] + lines[line:])
+                expected = (changed, False) if level >= top else (path, True)
+                parsed = build_version(1, new_source, 1, "g.py", 0, (), fast=False)
+                got = build_version(1, new_source, 1, "g.py", 0, (), fast=False, like=old)
+                for new in (parsed, got) if got.plain is None else (parsed,):
+                    assert resume_path(old, new, path)[:2] == expected, (new_source, path, new is got)
+                derived += got.plain is None
+                if level >= top:
+                    at_change[(len(path) - 1 - level) // 2] += 1  # how many levels above the crash
+                else:
+                    kept += 1
+    assert derived > 500 and kept > 300, (derived, kept)
+    assert all(at_change[levels] > 20 for levels in range(4)), at_change
 
 
 def test_a_tree_spliced_from_the_old_one_is_the_tree_parsing_gives_and_leaves_the_old_one_alone() -> None:

@@ -270,7 +270,7 @@ class OneSuggestion:
                                                                     reason="test"), explanation="a test")
 
     def suggest(self, report: Any, deadline: Any = None) -> Any:
-        from repairbot.backends import Answer
+        from repairbot.backends.base import Answer
 
         return Answer(self.diagnosis, [self.suggestion], self.name)
 

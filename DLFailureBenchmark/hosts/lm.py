@@ -1,9 +1,10 @@
 """A WikiText-style word-level language model: a generated corpus in `wiki.*.tokens` files, an LSTM.
 
 The corpus is text written by a fixed random Markov chain over a few hundred words, one sentence
-per line with `<eos>`, as in WikiText; `Corpus` reads the files and numbers the words the way
-PyTorch's word_language_model example does, and `batchify`, `get_batch` and `repackage_hidden` are
-that example's.
+per line with `<eos>`, as in WikiText. `Corpus` numbers the words in order of first appearance
+(`<unk>` is 0); `batchify` lays the ids out as parallel streams, one column each, `get_batch` cuts
+a window of them with its next-word targets, and `repackage_hidden` cuts the carried LSTM state off
+the graph of the batches before it (truncated backpropagation through time).
 """
 
 from __future__ import annotations
@@ -53,80 +54,89 @@ def write_corpus(folder: Path, train_words: int = 30_000, valid_words: int = 3_0
     return folder
 
 
-class Dictionary:
-    def __init__(self) -> None:
-        self.word2idx: dict[str, int] = {}
-        self.idx2word: list[str] = []
-        self.add_word(UNK)
+class Vocabulary:
+    """Words and their ids, in order of first appearance; `<unk>` is id 0 and stands for any unknown word."""
 
-    def add_word(self, word: str) -> int:
-        if word not in self.word2idx:
-            self.idx2word.append(word)
-            self.word2idx[word] = len(self.idx2word) - 1
-        return self.word2idx[word]
+    def __init__(self) -> None:
+        self.words: list[str] = [UNK]
+        self.ids: dict[str, int] = {UNK: 0}
+
+    def id_of(self, word: str, grow: bool) -> int:
+        """The word's id; a new one if the word is new and `grow`, else `<unk>`'s."""
+        known = self.ids.get(word)
+        if known is not None:
+            return known
+        if not grow:
+            return 0
+        self.ids[word] = len(self.words)
+        self.words.append(word)
+        return self.ids[word]
 
     def __len__(self) -> int:
-        return len(self.idx2word)
+        return len(self.words)
 
 
-def tokenize(path: Path, dictionary: Dictionary, grow: bool = True) -> torch.Tensor:
-    """The words of the file at `path`, each line ended by `<eos>`, as int64 ids."""
-    ids = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            for word in line.split() + ["<eos>"]:
-                ids.append(dictionary.add_word(word) if grow else dictionary.word2idx.get(word, 0))
-    return torch.tensor(ids, dtype=torch.int64)
+def tokenize(path: Path, dictionary: Vocabulary, grow: bool = True) -> torch.Tensor:
+    """The words of the file at `path` as int64 ids, `<eos>` closing each line; new words join if `grow`."""
+    text = Path(path).read_text(encoding="utf-8")
+    words = [word for line in text.splitlines() for word in [*line.split(), "<eos>"]]
+    return torch.tensor([dictionary.id_of(word, grow) for word in words], dtype=torch.int64)
 
 
 class Corpus:
+    """The training and validation ids of the files in `folder`; validation words unseen in training are `<unk>`."""
+
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.dictionary = Dictionary()
+        self.dictionary = Vocabulary()
         self.train = tokenize(folder / "wiki.train.tokens", self.dictionary)
         self.valid = tokenize(folder / "wiki.valid.tokens", self.dictionary, grow=False)
 
 
 def batchify(data: torch.Tensor, bsz: int) -> torch.Tensor:
-    nbatch = data.size(0) // bsz
-    data = data.narrow(0, 0, nbatch * bsz)
-    return data.view(bsz, -1).t().contiguous()
+    """`data` as `bsz` parallel streams, one per column (time along dim 0); the ids that do not fill a row go."""
+    length = len(data) // bsz
+    return data[: length * bsz].reshape(bsz, length).T.contiguous()
 
 
 def get_batch(source: torch.Tensor, i: int, bptt: int) -> tuple[torch.Tensor, torch.Tensor]:
-    seq_len = min(bptt, len(source) - 1 - i)
-    return source[i : i + seq_len], source[i + 1 : i + 1 + seq_len].reshape(-1)
+    """Rows `i` to `i + bptt` of `source` (fewer at its end), and the word after each, flattened."""
+    end = min(i + bptt, len(source) - 1)
+    return source[i:end], source[i + 1 : end + 1].flatten()
 
 
 def repackage_hidden(h: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """Wraps hidden states in new tensors, to detach them from their history."""
-    if isinstance(h, torch.Tensor):
-        return h.detach()
-    return tuple(repackage_hidden(v) for v in h)  # type: ignore[misc]
+    """The carried state with the same values and no history: the next backward stops at this batch."""
+    if isinstance(h, tuple):
+        return tuple(t.detach() for t in h)
+    return h.detach()
 
 
-class RNNModel(nn.Module):
-    """Embedding - LSTM - Linear decoder, as in PyTorch's word_language_model."""
+class LSTMLanguageModel(nn.Module):
+    """Word embeddings, a stacked LSTM, and a linear layer scoring the next word over the vocabulary."""
 
     def __init__(self, ntoken: int, ninp: int = 48, nhid: int = 64, nlayers: int = 1) -> None:
         super().__init__()
         self.ntoken, self.nhid, self.nlayers = ntoken, nhid, nlayers
-        self.encoder = nn.Embedding(ntoken, ninp)
-        self.rnn = nn.LSTM(ninp, nhid, nlayers)
-        self.decoder = nn.Linear(nhid, ntoken)
+        self.embed = nn.Embedding(ntoken, ninp)
+        self.lstm = nn.LSTM(ninp, nhid, nlayers)
+        self.scores = nn.Linear(nhid, ntoken)
 
     def forward(self, x: torch.Tensor, hidden: Hidden) -> tuple[torch.Tensor, Hidden]:
-        output, hidden = self.rnn(self.encoder(x), hidden)
-        return self.decoder(output), hidden
+        states, hidden = self.lstm(self.embed(x), hidden)
+        return self.scores(states), hidden
 
     def init_hidden(self, bsz: int) -> Hidden:
-        weight = next(self.parameters())
-        return (weight.new_zeros(self.nlayers, bsz, self.nhid), weight.new_zeros(self.nlayers, bsz, self.nhid))
+        """Zero state and cell for `bsz` streams, with the model's dtype and device."""
+        like = self.scores.weight
+        shape = (self.nlayers, bsz, self.nhid)
+        return (torch.zeros(shape, dtype=like.dtype, device=like.device),
+                torch.zeros(shape, dtype=like.dtype, device=like.device))
 
 
-def build(seed: int, ntokens: int, lr: float = 3e-3) -> tuple[RNNModel, torch.optim.Optimizer]:
+def build(seed: int, ntokens: int, lr: float = 3e-3) -> tuple[LSTMLanguageModel, torch.optim.Optimizer]:
     torch.manual_seed(seed)
-    model = RNNModel(ntokens)
+    model = LSTMLanguageModel(ntokens)
     return model, torch.optim.Adam(model.parameters(), lr=lr)
 
 
@@ -136,7 +146,7 @@ def corpus(workdir: Path) -> Corpus:
 
 
 @torch.no_grad()
-def evaluate(model: RNNModel, source: torch.Tensor, bptt: int = 20) -> float:
+def evaluate(model: LSTMLanguageModel, source: torch.Tensor, bptt: int = 20) -> float:
     """Mean cross-entropy per word over `source`, ids already batchified (one column per stream)."""
     model.eval()
     hidden = model.init_hidden(source.size(1))
@@ -150,6 +160,6 @@ def evaluate(model: RNNModel, source: torch.Tensor, bptt: int = 20) -> float:
     return total / count
 
 
-def metrics(model: RNNModel, data: Corpus, losses: list[float], steps: int) -> dict[str, float]:
+def metrics(model: LSTMLanguageModel, data: Corpus, losses: list[float], steps: int) -> dict[str, float]:
     valid = evaluate(model, batchify(data.valid, 10))
     return {"steps": steps, "final_loss": tail_mean(losses), "valid_loss": valid, "valid_ppl": math.exp(valid)}

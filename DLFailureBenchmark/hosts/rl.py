@@ -1,8 +1,10 @@
-"""An actor-critic agent on a cart-pole written in code (the classic control task, no gym needed).
+"""An actor-critic agent balancing a pole on a cart, simulated in code (no gym needed).
 
-`CartPole` follows the equations of the classic task (Barto, Sutton and Anderson 1983) and returns
-NumPy float32 observations; `Policy` is the two-headed network of PyTorch's actor_critic example.
-Episode `n` of a run starts from a state drawn from `(seed, n)`.
+`CartPole` integrates the cart and pole equations of motion (Barto, Sutton and Anderson 1983)
+with Euler steps of 20 ms and returns NumPy float32 observations (position, velocity, angle,
+angular velocity); an episode ends when the cart leaves the track, the pole leans past 12
+degrees, or after `max_steps`. `Policy` shares one hidden layer between an actor (action
+probabilities) and a critic (the state's value). Episode `n` of a run starts from `(seed, n)`.
 """
 
 from __future__ import annotations
@@ -18,10 +20,22 @@ from DLFailureBenchmark.hosts.common import tail_mean
 
 GAMMA = 0.99
 MAX_STEPS = 200
+GRAVITY, CART_MASS, POLE_MASS, HALF_POLE, PUSH, DT = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+TRACK_LIMIT, ANGLE_LIMIT = 2.4, math.pi / 15  # metres from the centre; 12 degrees from upright
+
+
+def accelerations(angle: float, spin: float, force: float) -> tuple[float, float]:
+    """The cart's and the pole's accelerations under `force` (newtons), pole at `angle` turning at `spin`."""
+    mass = CART_MASS + POLE_MASS
+    cos, sin = math.cos(angle), math.sin(angle)
+    lean = (force + POLE_MASS * HALF_POLE * spin**2 * sin) / mass
+    pole = (GRAVITY * sin - cos * lean) / (HALF_POLE * (4.0 / 3.0 - POLE_MASS * cos**2 / mass))
+    cart = lean - POLE_MASS * HALF_POLE * pole * cos / mass
+    return cart, pole
 
 
 class CartPole:
-    gravity, cart_mass, pole_mass, half_length, force, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+    """The balancing task: action 1 pushes the cart right, 0 left; every step the pole stays up earns 1."""
 
     def __init__(self, seed: int, max_steps: int = MAX_STEPS) -> None:
         self.rng = np.random.default_rng(seed)
@@ -35,19 +49,12 @@ class CartPole:
         return self.state.astype(np.float32)
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool]:
-        x, x_dot, theta, theta_dot = self.state
-        force = self.force if action == 1 else -self.force
-        total = self.cart_mass + self.pole_mass
-        cos, sin = math.cos(theta), math.sin(theta)
-        temp = (force + self.pole_mass * self.half_length * theta_dot**2 * sin) / total
-        theta_acc = (self.gravity * sin - cos * temp) / (
-            self.half_length * (4.0 / 3.0 - self.pole_mass * cos**2 / total))
-        x_acc = temp - self.pole_mass * self.half_length * theta_acc * cos / total
-        self.state = np.array([x + self.tau * x_dot, x_dot + self.tau * x_acc,
-                               theta + self.tau * theta_dot, theta_dot + self.tau * theta_acc])
+        position, velocity, angle, spin = self.state
+        cart, pole = accelerations(angle, spin, PUSH if action == 1 else -PUSH)
+        self.state = np.array([position + DT * velocity, velocity + DT * cart, angle + DT * spin, spin + DT * pole])
         self.steps += 1
-        done = abs(self.state[0]) > 2.4 or abs(self.state[2]) > 12 * 2 * math.pi / 360 or self.steps >= self.max_steps
-        return self.state.astype(np.float32), 1.0, bool(done)
+        fallen = abs(self.state[0]) > TRACK_LIMIT or abs(self.state[2]) > ANGLE_LIMIT
+        return self.state.astype(np.float32), 1.0, bool(fallen or self.steps >= self.max_steps)
 
 
 class NoisyCartPole(CartPole):
@@ -59,23 +66,28 @@ class NoisyCartPole(CartPole):
 
 
 class Policy(nn.Module):
+    """Observation -> shared ReLU layer -> (action probabilities, state value)."""
+
     def __init__(self, hidden: int = 64) -> None:
         super().__init__()
-        self.affine = nn.Linear(4, hidden)
-        self.action_head = nn.Linear(hidden, 2)
-        self.value_head = nn.Linear(hidden, 1)
+        self.shared = nn.Linear(4, hidden)
+        self.actor = nn.Linear(hidden, 2)
+        self.critic = nn.Linear(hidden, 1)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.shared(x))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = F.relu(self.affine(x))
-        return F.softmax(self.action_head(x), dim=-1), self.value_head(x)
+        h = self.features(x)
+        return self.actor(h).softmax(dim=-1), self.critic(h)
 
 
 class ScoringPolicy(Policy):
-    """A policy whose action head returns raw scores (logits), for numerically stable log-probabilities."""
+    """A policy whose actor returns raw scores (logits), for numerically stable log-probabilities."""
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = F.relu(self.affine(x))
-        return self.action_head(x), self.value_head(x)
+        h = self.features(x)
+        return self.actor(h), self.critic(h)
 
 
 def build(seed: int, model: nn.Module | None = None, lr: float = 1e-2) -> tuple[nn.Module, torch.optim.Optimizer]:

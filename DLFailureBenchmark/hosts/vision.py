@@ -34,20 +34,23 @@ def validation(seed: int, size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     return batch(seed + 31, -1, size)
 
 
+def conv_bn(cin: int, cout: int, size: int, stride: int) -> nn.Sequential:
+    """A convolution without bias (the batch norm after it has one) and its batch norm."""
+    return nn.Sequential(nn.Conv2d(cin, cout, size, stride, size // 2, bias=False), nn.BatchNorm2d(cout))
+
+
 class BasicBlock(nn.Module):
+    """Two 3x3 convolutions added to the input; a 1x1 projection of the input when the shape changes."""
+
     def __init__(self, cin: int, cout: int, stride: int) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut = nn.Sequential()
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        self.first = conv_bn(cin, cout, 3, stride)
+        self.second = conv_bn(cout, cout, 3, 1)
+        self.skip: nn.Module = conv_bn(cin, cout, 1, stride) if stride != 1 or cin != cout else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+        residual = self.second(F.relu(self.first(x)))
+        return F.relu(residual + self.skip(x))
 
 
 class ResNet(nn.Module):

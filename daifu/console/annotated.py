@@ -1,6 +1,6 @@
 """better_exceptions' traceback with the values of the names on each line, as `describe` shows it.
 
-Tensors and arrays are shown by shape, dtype and device (`daifu.console.describe.value_text`), and
+Tensors and arrays are shown by shape, dtype and device (`daifu.console.values.value_text`), and
 the faulty frame's line is read from the running source. Imported only when a console describes
 a crash, and only where better_exceptions is installed (the `daifu[console]` extra).
 """
@@ -14,7 +14,7 @@ from typing import Any
 import better_exceptions  # type: ignore[import-untyped]
 from better_exceptions.formatter import ExceptionFormatter  # type: ignore[import-untyped]
 
-from daifu.console.describe import value_text
+from daifu.console.values import value_text
 from daifu.core.crash import Crash
 
 

@@ -5,9 +5,9 @@ redacted the same way; a follow-up `ask` about the same crash also sends the con
 each earlier question, the answer, and what came of its suggestions (their trial verdicts, the one
 chosen). What was applied and failed since is in the report's `tried`. Its suggestions take the
 path they take in automatic mode — checked and ranked (`candidates`, `rank`), tried on a copy of
-the run (`tried_for_a_person`), recorded (`record_answer`, which `daifu report N` reads) — and
-the approval prompt offers them with their verdicts. What the person chooses there is returned,
-for the console to take as its pending decision.
+the run (the verification stage, `daifu.decide.verify`), recorded (`record_answer`, which
+`daifu report N` reads) — and the approval prompt offers them with their verdicts. What the person
+chooses there is returned, for the console to take as its pending decision.
 """
 
 from __future__ import annotations
@@ -15,20 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from daifu import config
-from daifu.console.approval import choose
+from daifu.console.prompt import choose
 from daifu.core.crash import Crash
 from daifu.core.decisions import Decision
-from daifu.decide.automatic import (
-    Candidate,
-    candidates,
-    diagnosis_text,
-    rank,
-    record_answer,
-    to_try,
-    tried_for_a_person,
-)
+from daifu.core.handling import RepairContext
+from daifu.decide.automatic import diagnosis_text, record_answer
 from daifu.decide.botclient import BotAnswer, ask_bot
+from daifu.decide.candidates import Candidate, candidates, rank
+from daifu.decide.verify import Verification
 from daifu.report.build import build_report
 from daifu.report.redact import redact
 from daifu.state import RUN
@@ -39,10 +33,11 @@ MAX_ANSWER_KEPT = 2000
 MAX_TRIED_TEXT = 300
 
 
-def ask(crash: Crash, number: int, question: str, show: Callable[[str], None]) -> Decision | None:
+def ask(crash: Crash, context: RepairContext, number: int, question: str,
+        show: Callable[[str], None]) -> Decision | None:
     """Ask the repair bot about `crash` (repair `number`), show its answer, and let the person choose
     among its suggestions; the decision chosen, or `None` (none chosen, or none to choose)."""
-    settings = config.settings()
+    settings = context.settings
     asked = redact(question.strip())[:MAX_QUESTION] or None
     earlier = conversation(number, crash)
     where = settings.bot_url or "the embedded rules engine, in-process"
@@ -53,15 +48,16 @@ def ask(crash: Crash, number: int, question: str, show: Callable[[str], None]) -
         report, settings.bot_url, settings.bot_deadline, question=asked, conversation=earlier[-MAX_EXCHANGES:]
     )
     show(answered(answer, asked))
-    found = rank(candidates(crash, answer.suggestions))
+    stage = Verification(crash, settings)
+    found = rank(candidates(stage, answer.suggestions))
     usable = sum(1 for c in found if c.usable)
     if usable:
-        tried = len(to_try(found, settings))
+        tried = len(stage.to_try(found))
         show(f"Trying {tried} of its {usable} usable suggestion{'s' if usable > 1 else ''} on a copy of the run...")
-    options = tried_for_a_person(crash, found, settings)
-    record_answer(settings, report, answer, found, crash)
+    options = stage.for_a_person(found)
+    record_answer(context, report, answer, found)
     if options:
-        decision = choose(crash, diagnosis_text(answer.diagnosis), options)
+        decision = choose(stage, diagnosis_text(answer.diagnosis), options)
     else:
         show("Root cause:\n" + "\n".join(f"  {line}" for line in diagnosis_text(answer.diagnosis).splitlines()))
         show("The repair bot has no suggestion that can be applied here.")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from daifu.core.blocks import COMPOUND, locate, node_at, path_of
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Retry, Skip, SkipIteration, Surgery
+from daifu.core import kinds
+from daifu.core.decisions import Decision, Plays, Surgery
 from daifu.core.surgery import SurgeryRefused, resume_path
 from daifu.core.version import Version, build_version
 
@@ -18,16 +19,18 @@ from daifu.core.version import Version, build_version
 def resume_point(crash: Crash, decision: Decision) -> str:
     """One sentence: what `decision` does first and where the run resumes, as `file:line: statement`."""
     here = f"{crash.filename}:{crash.lineno}: {_one_line(crash.statement)}"
-    if isinstance(decision, Retry):
-        return f"the run resumes at {here} (run again)"
-    if isinstance(decision, Action):
-        return f"the action runs in the faulty frame, then the run resumes at {here} (run again)"
-    if isinstance(decision, SkipIteration):
+    kind = kinds.kind_of(decision)
+    if kind.resumes == kinds.HERE:
+        first = f"{kind.first}, then " if kind.first else ""
+        return f"{first}the run resumes at {here} (run again)"
+    if kind.resumes == kinds.NEXT_ITERATION:
         return f"the rest of this iteration is left out; the loop around {here} goes on with its next iteration"
-    if isinstance(decision, Skip):
+    if kind.resumes == kinds.AFTER:
         return _after(crash, here)
     if isinstance(decision, Surgery):
         return _in_new_source(crash, decision.source)
+    if isinstance(decision, Plays):
+        return f"{len(decision.steps)} plays are carried out in order ({'+'.join(kinds.step_names(decision))})"
     return "the original exception is raised"
 
 

@@ -1,11 +1,12 @@
 """The `(DaiFu)` console: pdb in the faulty frame, plus the commands that repair the crash.
 
-The console only asks and shows: each repair command validates what the user wrote and sets the
-pending decision; nothing is applied until the user leaves with `q`/`continue`, and the runtime
-carries the decision out (see `daifu.runtime`). The console never turns tracing on — it is opened
-with `setup()` and `cmdloop()`, not `set_trace()` — so the program runs at full speed once it is
-left, and pdb's stepping commands say they are unavailable instead of half-working.
-
+The console only asks and shows: each repair command validates what the user wrote (through the
+verification stage, `daifu.decide.verify`) and sets the pending decision; nothing is applied until
+the user leaves with `q`/`continue`, and the runtime carries the decision out (`daifu.core.resume`).
+The console never turns tracing on — it is opened with `setup()` and `cmdloop()`, not `set_trace()` —
+so the program runs at full speed once it is left, and pdb's stepping commands say they are
+unavailable instead of half-working. The commands that take a decision as it is (`pass`, `retry`,
+`skip`) are those of the decisions' table (`daifu.core.kinds.commands`).
 """
 
 from __future__ import annotations
@@ -13,56 +14,49 @@ from __future__ import annotations
 import pdb
 from pathlib import Path
 
-from daifu import config, repair
-from daifu.core import decisions
-from daifu.decide import broadcast
-from daifu.state import RUN
+from collections.abc import Callable
+
+from daifu import repair
 from daifu.console import editor
-from daifu.store import record
-from daifu.store import workspace
 from daifu.console.colour import paint, wanted
-from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Pass, Retry, Skip, SkipIteration, Surgery
 from daifu.console.diffs import source_diff
 from daifu.console.resuming import resume_point
+from daifu.core import kinds
+from daifu.core.crash import Crash
+from daifu.core.decisions import Action, Decision, Surgery
+from daifu.core.handling import RepairContext
+from daifu.decide import broadcast
+from daifu.decide.verify import Verification
+from daifu.state import RUN
+from daifu.store import record, workspace
 
-COMMANDS = (
-    "describe",
-    "focus",
-    "edit",
-    "surgery",
-    "action",
-    "pass",
-    "retry",
-    "skip",
-    "trial",
-    "ask",
-    "broadcast",
-    "report",
-    "exit",
-    "continue",
-)
+COMMANDS = ("describe", "focus", "edit", "surgery", "action", *kinds.commands(), "trial", "ask", "broadcast",
+            "report", "exit", "continue")
 """DaiFu's own commands, in the order `help` lists them."""
 
-def open_console(crash: Crash) -> Decision | None:
+
+def open_console(crash: Crash, context: RepairContext) -> Decision | None:
     """The console on `crash`, one process at a time (`daifu.repair.repair_lock`)."""
     number = record.current_number()  # read before the console, where the user may run code that crashes
     with repair.repair_lock:
-        return Console(crash, number).session()
+        return Console(crash, context, number).session()
 
 
 class Console(pdb.Pdb):
     """pdb on the live faulty frame, without tracing, with DaiFu's repair commands.
 
-    crash: what is being repaired; number: its repair number N, which names the workspace files.
+    crash: what is being repaired; context: what the console adds to it (the locals a person rebinds);
+    number: its repair number N, which names the workspace files.
     decision: the pending decision, returned when the console is left (`None`: raise).
     broadcast_of: the decision last saved by `broadcast`; rewritten on leaving if it changed.
     """
 
-    def __init__(self, crash: Crash, number: int) -> None:
+    def __init__(self, crash: Crash, context: RepairContext, number: int) -> None:
         super().__init__(nosigint=True, readrc=False)  # no .pdbrc: a `continue` there would leave at once
         self.prompt = "(DaiFu) "
         self.crash = crash
+        self.context = context
+        self.stage = Verification(crash, context.settings)
         self.number = number
         self.decision: Decision | None = None
         self.broadcast_of: Decision | None = None
@@ -100,7 +94,7 @@ class Console(pdb.Pdb):
                 self.stack[index] = (frame, self.crash.lineno)
                 self.curindex, self.curframe = index, frame
                 self.curframe_locals = frame.f_locals
-                self.crash.edited_locals = self.curframe_locals  # `!x = 1` rebinds are resumed with
+                self.context.edited_locals = self.curframe_locals  # `!x = 1` rebinds are resumed with
                 self.lineno = max(0, self.crash.lineno - 6)  # so that `list` centres on the faulty line
 
     def _intro(self) -> str:
@@ -191,9 +185,10 @@ class Console(pdb.Pdb):
             self.error(f"{self._surgery_path.name} is unchanged: edit it first. Nothing changed.")
             return
         decision = Surgery(source)
-        reason = self.crash.check(decision)
-        if reason is not None:
-            self.error(f"Surgery refused: {reason}. Nothing changed; fix the file and type `surgery` again.")
+        reasons = self.stage.problems(decision)
+        if reasons:
+            self.error(f"Surgery refused: {'; '.join(reasons)}. Nothing changed; fix the file and type `surgery` "
+                       "again.")
             return
         self.message(
             source_diff(
@@ -214,51 +209,36 @@ class Console(pdb.Pdb):
             self.error(f"{self._action_path.name} is empty: write the code to run first. Nothing changed.")
             return
         decision = Action(code)
-        reason = self.crash.check(decision)
-        if reason is not None:
-            self.error(f"Action refused: {reason}. Nothing changed; fix the file and type `action` again.")
+        reasons = self.stage.problems(decision)
+        if reasons:
+            self.error(f"Action refused: {'; '.join(reasons)}. Nothing changed; fix the file and type `action` "
+                       "again.")
             return
         self.message("\n".join(f"    {line}" for line in code.rstrip("\n").splitlines()))
         self._take(decision, "Action accepted")
 
-    def do_pass(self, arg: str) -> None:
-        """pass
-        Change nothing: the faulty statement runs again when you leave with `q` (as the prototype's `pass`)."""
-        self._take(Pass(), "Pass")
-
-    def do_retry(self, arg: str) -> None:
-        """retry
-        Run the faulty statement again, unchanged, when you leave with `q`."""
-        self._take(Retry(), "Retry")
-
-    def do_skip(self, arg: str) -> None:
-        """skip
-        Skip the faulty statement: the program goes on after it when you leave with `q`."""
-        self._take(Skip(), "Skip")
-
     def do_trial(self, arg: str) -> None:
-        """trial [surgery|action|skip|retry|iteration]
+        """trial [surgery|action|pass|retry|skip|iteration]
         Try a repair on a sandboxed copy of the run without applying it, and say how it went.
         Without an argument: the decision taken so far, else the surgery file of `focus`. The copy
         runs to the end of the interrupted iteration; it writes no file and starts no process."""
         decision = self._trial_subject(arg.strip())
         if decision is None:
             return
-        self.message(f"Trying {decisions.play_name(decision)} on a copy of the run...")
-        verdict = self.crash.trial(decision, config.settings().trial_seconds)  # as configured, like automatic mode
+        self.message(f"Trying {kinds.play_name(decision)} on a copy of the run...")
+        verdict = self.stage.trial(decision)  # the verification stage's trial, as automatic mode runs it
         self.message(paint(verdict.describe(), "green" if verdict.passed else "red", self.colour))
         if verdict.output.strip():
             self.message("What the copy printed:\n" + "\n".join(f"  {line}" for line in verdict.output.splitlines()[-10:]))
 
     def _trial_subject(self, which: str) -> Decision | None:
-        plain: dict[str, Decision] = {"skip": Skip(), "retry": Retry(), "iteration": SkipIteration()}
-        if which in plain:
-            return plain[which]
+        if which in kinds.words(carrying_code=False):
+            return kinds.from_word(which)
         if which in ("surgery", "action"):
             code = self._read_focus_file(which, self._surgery_path if which == "surgery" else self._action_path)
             return None if code is None else (Surgery(code) if which == "surgery" else Action(code))
         if which:
-            self.error("Usage: trial [surgery|action|skip|retry|iteration]")
+            self.error(f"Usage: trial [{'|'.join(('surgery', 'action', *kinds.words(carrying_code=False)))}]")
             return None
         if self.decision is not None:
             return self.decision
@@ -278,11 +258,11 @@ class Console(pdb.Pdb):
         except ImportError as missing:
             self.error(f"Asking the repair bot is not available in this installation: {missing}")
             return
-        decision = ask.ask(self.crash, self.number, arg, self.message)
+        decision = ask.ask(self.crash, self.context, self.number, arg, self.message)
         if decision is None:
             self.message("No suggestion chosen: the pending decision is unchanged.")
         else:
-            self._take(decision, f"Chosen from the repair bot's suggestions: {decisions.play_name(decision)}")
+            self._take(decision, f"Chosen from the repair bot's suggestions: {kinds.play_name(decision)}")
 
     def do_broadcast(self, arg: str) -> None:
         """broadcast
@@ -305,7 +285,7 @@ class Console(pdb.Pdb):
             self.message("No decision taken: the exception is raised.")
         else:
             where = resume_point(self.crash, self.decision)
-            self.message(f"Leaving the console with {decisions.play_name(self.decision)}: {where}.")
+            self.message(f"Leaving the console with {kinds.play_name(self.decision)}: {where}.")
         return True
 
     do_c = do_cont = do_q = do_quit = do_continue
@@ -384,7 +364,7 @@ class Console(pdb.Pdb):
         self.decision = decision
         replaced = ""
         if earlier is not None and earlier != decision:
-            replaced = f" (instead of {decisions.play_name(earlier)})"
+            replaced = f" (instead of {kinds.play_name(earlier)})"
         self.message(f"{what}{replaced}: it takes effect when you leave with `q` or `continue`.")
 
     def _broadcast(self, decision: Decision) -> Path | None:
@@ -395,6 +375,21 @@ class Console(pdb.Pdb):
             return None
         self.broadcast_of = decision
         return path
+
+
+def _taking(word: str, help_text: str) -> Callable[[Console, str], None]:
+    """The console command `word`, which takes the decision of that word as it is (`kinds.commands`)."""
+
+    def command(self: Console, arg: str) -> None:
+        decision = kinds.from_word(word)
+        self._take(decision, kinds.play_name(decision))
+
+    command.__doc__ = f"{word}\n        {help_text}"
+    return command
+
+
+for _word, _help in kinds.commands().items():
+    setattr(Console, f"do_{_word}", _taking(_word, _help))
 
 
 def _shortened(text: str, limit: int = 60) -> str:

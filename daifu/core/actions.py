@@ -58,7 +58,7 @@ def compile_action(code: str, names: tuple[str, ...], flags: int = 0) -> CodeTyp
     try:
         tree = ast.parse(code, filename)
     except SyntaxError as error:
-        raise ActionFailed(f"the action does not parse: line {error.lineno}: {error.msg}") from None
+        raise ActionFailed(f"the action does not parse: line {error.lineno} of the action: {error.msg}") from None
     declared = {name for statement in tree.body if isinstance(statement, ast.Global) for name in statement.names}
     variables = [name for name in names if name.isidentifier() and not keyword.iskeyword(name) and name not in declared]
     body: list[ast.stmt] = [ast.Nonlocal(names=variables)] if variables else []
@@ -69,7 +69,7 @@ def compile_action(code: str, names: tuple[str, ...], flags: int = 0) -> CodeTyp
     try:
         compiled = compile_definition(action, filename, flags, tuple(variables))
     except SyntaxError as error:
-        raise ActionFailed(f"the action does not compile: line {error.lineno}: {error.msg}") from None
+        raise ActionFailed(f"the action does not compile: line {error.lineno} of the action: {error.msg}") from None
     if compiled.co_flags & 0x20:  # CO_GENERATOR: a `yield` would turn the action into a generator
         raise ActionFailed("the action uses `yield`")
     register_source(filename, 1, code)
@@ -120,7 +120,7 @@ def run_module_action(code: str, globals_: dict[str, Any], flags: int = 0) -> Un
     try:
         compiled = compile(code, filename, "exec", flags=flags, dont_inherit=True)
     except SyntaxError as error:
-        raise ActionFailed(f"the action does not compile: line {error.lineno}: {error.msg}") from None
+        raise ActionFailed(f"the action does not compile: line {error.lineno} of the action: {error.msg}") from None
     register_source(filename, 1, code)
     before: Undo = {name: globals_.get(name, _UNBOUND) for name in _names(compiled)}
     try:

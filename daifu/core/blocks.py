@@ -72,6 +72,32 @@ def node_at(fdef: ast.FunctionDef, path: Path) -> ast.stmt:
     return block[path[-1]]
 
 
+def iteration_start(fdef: ast.FunctionDef, path: Path) -> int:
+    """How far back a run interrupted at `path` may resume in the iteration it is running: the
+    length of the shortest prefix of `path` that names a block the run reaches from there by
+    leaving only `if`, `match` and `with` statements and `try` statements without `finally`.
+
+    The run stops going up at the body of the innermost loop holding it (the interrupted
+    iteration; going further would start that loop over), at the function's body, and at a
+    `try ... finally`, whose clause would be left unrun. A `with` left that way is exited first
+    (`Mode.ABOVE`); an `if` or `match` has nothing to undo.
+    """
+    top = len(path) - 1
+    while top >= 2 and _leavable(node_at(fdef, path[: top - 1])):
+        top -= 2
+    return top
+
+
+def _leavable(node: ast.stmt) -> bool:
+    return isinstance(node, (ast.If, ast.Match, ast.With)) or (isinstance(node, TRY) and not node.finalbody)
+
+
+def with_depth(fdef: ast.FunctionDef, path: Path) -> int:
+    """How many `with` statements hold the statement at `path`: the depth `D` of the `@cmD` a
+    `with` directly inside its block would use."""
+    return sum(isinstance(node_at(fdef, path[:end]), ast.With) for end in range(1, len(path) - 1, 2))
+
+
 def _contains(node: ast.stmt, line: int, col: int | None) -> bool:
     if node.end_lineno is None:
         return False
@@ -146,17 +172,3 @@ def _first_line(node: ast.AST) -> int:
 
 def _last_line(node: ast.AST) -> int:
     return node.end_lineno or node.lineno  # type: ignore[attr-defined,no-any-return]
-
-
-def assigned_names(node: ast.AST) -> set[str]:
-    """Names a statement (or a loop header's target) binds, not counting nested scopes."""
-    names: set[str] = set()
-    todo: list[ast.AST] = [node]
-    while todo:
-        current = todo.pop()
-        if isinstance(current, ast.Name) and isinstance(current.ctx, (ast.Store, ast.Del)):
-            names.add(current.id)
-        for child in ast.iter_child_nodes(current):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                todo.append(child)
-    return names

@@ -6,33 +6,39 @@ import traceback
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import FrameType
-from typing import Any
-from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
 
 from daifu.core.bounded import TimedOut, bounded, describe
 
+if TYPE_CHECKING:
+    from daifu.core.decisions import Decision
+    from daifu.core.trial import Verdict
 
-def _no_trial() -> Any:
+
+def _no_trial(decision: Decision, seconds: float | None = None) -> Verdict:
     from daifu.core.trial import Outcome, Verdict
 
     return Verdict(Outcome.UNAVAILABLE, detail="this crash has no live run to try a repair on")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Crash:
-    """One intercepted crash, described in the user's own file and line numbers.
+    """One intercepted crash, described in the user's own file and line numbers; read-only.
 
     `locals` is a read-only snapshot of the live local values at the faulty point; `frame` is the
-    live frame itself (the console inspects it), `None` once execution has moved on.
+    live frame itself (the console inspects it).
     `kind` is `"statement"` for an ordinary statement, or the keyword of the compound statement
     whose header raised (`"for"`, `"while"`, `"if"`, `"with"`, `"match"`).
-    `tried` lists the repairs already attempted for this crash, as `(decision, outcome)` strings.
+    `tried` lists the repairs already attempted for this crash, as `(decision, outcome)` strings
+    (the runtime keeps it; a decider notes what it tried through its `RepairContext`).
     `check(decision)` tells, without applying anything, why a decision would be refused (a
     surgery that does not compile, renames the function...), or returns `None`.
     `trial(decision, seconds=None)` tries a decision in a sandboxed copy of the process and
     returns its `daifu.core.trial.Verdict`, leaving this process untouched.
-    `globals` are the faulty function's module globals; `entry` is the record of this repair
-    (deciders may add facts to `entry.extra`).
+    `globals` are the faulty function's module globals.
+    What the layers that decide add to a crash (its record entry, a watch, a person's edits of the
+    locals, its settings) travels beside it, in a `daifu.core.handling.RepairContext`.
     """
 
     exception: BaseException
@@ -47,20 +53,10 @@ class Crash:
     locals: Mapping[str, Any]
     attempt: int
     frame: FrameType | None = None
-    tried: list[tuple[str, str]] = field(default_factory=list)
-    check: Callable[[Any], str | None] = field(default=lambda decision: None, repr=False)
-    trial: Callable[..., Any] = field(default=lambda decision, seconds=None: _no_trial(), repr=False)
+    tried: Sequence[tuple[str, str]] = ()
+    check: Callable[[Decision], str | None] = field(default=lambda decision: None, repr=False)
+    trial: Callable[..., Verdict] = field(default=_no_trial, repr=False)
     globals: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    entry: Any = field(default=None, repr=False)
-    watch: Callable[[Any], bool] | None = field(default=None, repr=False)
-    """Set by a decider that wants the iterations after its repair watched (`daifu.decide.watch`)."""
-    edited_locals: Mapping[str, Any] | None = field(default=None, repr=False)
-    """Set by a decider that let a person rebind locals in the live frame (the console's `!x = 1`):
-    the locals to resume with, instead of the snapshot taken at the crash."""
-    settings: Any = field(default=None, repr=False)
-    """The configuration this crash is handled under (`daifu.config.Settings`), read once by the
-    layer that handles it: its attempts limit, its deciders and its record see one configuration,
-    and a repeated crash does not read the environment three times in its restore window."""
 
     @cached_property
     def traceback_text(self) -> str:

@@ -1,21 +1,13 @@
-"""The decisions a policy, the console or the repair bot can take on a crash, and how they are stored.
+"""The decisions a policy, the console or the repair bot can take on a crash.
 
-Each decision is a small immutable value; the runtime (`daifu.core.resume`) carries it out. This
-module is also the one codec of decisions: the record, the replay, broadcast files, the
-distributed store and the bot client all write a decision as `to_data(decision)` and read it
-back with `from_data`, which never runs code (the code runs only when the runtime carries the
-decision out). Stored decisions use the prototype's play names (`Surgery`, `Action`, `Pass`), which
-its records and `REPEAT_ACTIONS` lists rely on, plus DaiFu's own (`Retry`, `Skip`, ...).
-
-`Pass` is the prototype's name for running the faulty statement again unchanged; DaiFu's skip is
-`Skip`. `repairs.jsonl` entries written before `Skip` had its own name say `Pass` for a skip: they
-carry no `plays_version`, and `from_data(entry, PLAYS_VERSION_1)` reads them as written.
+Each decision is a small immutable value; the runtime (`daifu.core.resume`) carries it out. The names
+each kind goes by (in the record, on the wire, on the approval page, at the console) and every codec
+are in one table, `daifu.core.kinds`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -70,7 +62,8 @@ class Surgery:
     """Replace the vaccinated function by `source` (the whole new `def`), and resume in it.
 
     Execution resumes at the statement of the new source that corresponds to the faulty one, or at
-    the first changed statement of the block that crashed when the fix is further up.
+    the first changed statement earlier in the interrupted iteration when the fix is further up,
+    at any nesting of the faulty statement (`daifu.core.surgery.resume_path`).
     """
 
     source: str
@@ -113,106 +106,14 @@ class Plays:
             raise BadDecision("Plays needs a non-empty tuple of steps")
         for step in self.steps:
             if not isinstance(step, STEP_TYPES):
-                raise BadDecision(f"{step!r} cannot be one of several plays (only {', '.join(_STEP_NAMES)})")
+                allowed = ", ".join(kind.__name__ for kind in STEP_TYPES)
+                raise BadDecision(f"{step!r} cannot be one of several plays (only {allowed})")
 
 
 Decision = Retry | Skip | SkipIteration | Action | Surgery | Patch | Raise | Plays
 STEP_TYPES: tuple[type, ...] = (Retry, Skip, SkipIteration, Action, Surgery)
-DECISION_TYPES: tuple[type, ...] = (Retry, Skip, SkipIteration, Action, Surgery, Patch, Raise, Plays)
-
-PLAY_NAMES: dict[type, str] = {
-    Surgery: "Surgery",
-    Action: "Action",
-    Pass: "Pass",
-    Skip: "Skip",
-    SkipIteration: "SkipIteration",
-    Patch: "Patch",
-    Retry: "Retry",
-    Raise: "Raise",
-    Plays: "Plays",
-}
-"""The name each decision is stored under: the prototype's play names, plus DaiFu's own."""
-
-_BY_NAME: dict[str, type] = {name: kind for kind, name in PLAY_NAMES.items()}
-_STEP_NAMES = ("Surgery", "Action", "Pass", "Retry", "Skip", "SkipIteration")
-REPLAYABLE = ("Surgery", "Action", "Pass", "Retry", "Skip", "SkipIteration", "Patch")
-"""Play names a record may ask to replay (`Raise` is the absence of a repair; a list of plays is
-written as a list of these names)."""
-
-PLAYS_VERSION = 2
-"""Written into each `repairs.jsonl` entry: in version 2, `Pass` is a retry and `Skip` a skip."""
-PLAYS_VERSION_1 = 1
-"""Entries without `plays_version`: their `Pass` was a skip."""
+"""What may be one of several plays (`Plays`): `daifu.core.kinds` marks the same kinds as steps."""
 
 
 class BadDecision(ValueError):
     """Stored data that is not a decision DaiFu can carry out; the message names what is wrong."""
-
-
-def is_decision(value: Any) -> bool:
-    """Whether `value` is one of DaiFu's decisions."""
-    return isinstance(value, DECISION_TYPES)
-
-
-def play_name(decision: Decision) -> str:
-    """The name `decision` is stored under (`Plays` for several plays: see `step_names`)."""
-    return PLAY_NAMES[type(decision)]
-
-
-def step_names(decision: Decision) -> list[str]:
-    """The play names of `decision`, one per step: the record writes a `Repairing...` line for each."""
-    if isinstance(decision, Plays):
-        return [play_name(step) for step in decision.steps]
-    return [play_name(decision)]
-
-
-def code_of(decision: Decision) -> str | None:
-    """The code a decision carries: an action's statements, a surgery's or a patch's new source."""
-    if isinstance(decision, (Surgery, Patch)):
-        return decision.source
-    if isinstance(decision, Action):
-        return decision.code
-    return None
-
-
-def from_play(name: str, code: str | None, target: str | None = None, version: int = PLAYS_VERSION) -> Decision:
-    """The decision stored as play `name` with `code` (surgery, action and patch need their code,
-    a patch its `target`); `version` 1 reads `Pass` as a skip, as DaiFu wrote it then."""
-    kind = _BY_NAME.get(name)
-    if kind is None or kind is Plays:
-        raise BadDecision(f"unknown play {name!r}; known: {', '.join(n for n in PLAY_NAMES.values() if n != 'Plays')}")
-    if kind is Pass and version == PLAYS_VERSION_1:
-        return Skip()
-    if kind in (Surgery, Action, Patch):
-        if not isinstance(code, str) or not code.strip():
-            raise BadDecision(f"the {name} play has no code")
-        if kind is Patch:
-            if not isinstance(target, str) or not target:
-                raise BadDecision("the Patch play names no function to patch")
-            return Patch(target, code)
-        return Surgery(code) if kind is Surgery else Action(code)
-    return kind()  # type: ignore[no-any-return]
-
-
-def to_data(decision: Decision) -> dict[str, Any]:
-    """`decision` as JSON-ready data: `{"play": name, "code": code or None}` (and a patch's `target`,
-    the `steps` of several plays)."""
-    data: dict[str, Any] = {"play": play_name(decision), "code": code_of(decision)}
-    if isinstance(decision, Patch):
-        data["target"] = decision.target
-    if isinstance(decision, Plays):
-        data["steps"] = [to_data(step) for step in decision.steps]
-    return data
-
-
-def from_data(data: Any, version: int = PLAYS_VERSION) -> Decision:
-    """The decision `to_data` wrote; `BadDecision` for anything else. `version`: see `from_play`."""
-    if not isinstance(data, dict):
-        raise BadDecision(f"a stored decision must be an object, not {type(data).__name__}")
-    if data.get("play") == "Plays":
-        steps = data.get("steps")
-        if not isinstance(steps, list) or any(isinstance(step, dict) and step.get("play") == "Plays" for step in steps):
-            raise BadDecision("stored Plays need a list of steps, none of them Plays")
-        decoded: tuple[Any, ...] = tuple(from_data(step, version) for step in steps)
-        return Plays(decoded)  # its steps are checked as it is made
-    return from_play(str(data.get("play")), data.get("code"), data.get("target"), version)

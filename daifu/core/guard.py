@@ -14,6 +14,7 @@ resumes inside the body re-enters it through a `Guard` made from those two (`Gua
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -28,21 +29,31 @@ class Handover(BaseException):
     function-level catcher runs the continuation.
     """
 
-    def __init__(self, continuation: Any, namespace: dict[str, Any], started: float = 0.0, entry: Any = None) -> None:
+    def __init__(self, continuation: Any, namespace: dict[str, Any], started: float = 0.0, entry: Any = None,
+                 rebind: Callable[[dict[str, Any]], None] | None = None) -> None:
         super().__init__()
         self.continuation = continuation
         self.namespace = namespace
         self.started = started  # `time.perf_counter()` at the crash, for the restore time
         self.entry = entry  # the record entry of the repair, ended when the continuation starts
         self.collecting = False  # whether to turn the garbage collector back on when the run resumes
+        # Under the prototype's scope model, what binds again the module globals (the function's
+        # variables) that the frame's unwinding unbound (`SeedScope.rebind`).
+        self.rebind = rebind
 
     def start(self) -> dict[str, Any]:
         """The locals to resume with (handed over once); the repair's record ends here.
 
-        The restore time runs from the crash to this point, the record's own lines included.
+        Called once the crashed frame has unwound: the unwinding of an `except ... as name`
+        handler unbinds its name, as leaving a handler does, although the run resumes inside it;
+        a snapshot of locals keeps it, and a function whose variables are module globals has them
+        bound again from the snapshot here (`rebind`). The restore time runs from the crash to this
+        point, the record's own lines included.
         """
         self.__context__ = self.__traceback__ = None
         namespace, self.namespace = self.namespace, {}
+        if self.rebind is not None:
+            self.rebind(namespace)
         if self.entry is not None:
             self.entry.resumed(self.started)
         if self.collecting:

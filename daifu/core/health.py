@@ -67,7 +67,7 @@ def inventory(namespace: Mapping[str, Any]) -> Inventory:
     if torch is None:
         return found
     seen: set[int] = set()
-    for where, value in _reachable(namespace):
+    for where, value in reachable(namespace):
         kind = _kind(torch, value)
         if kind is not None and id(value) not in seen:
             seen.add(id(value))
@@ -84,7 +84,7 @@ def examine(before: Inventory, namespace: Mapping[str, Any] | None) -> Health:
     health = Health(losses_before=dict(before.losses))
     if torch is None:
         return health
-    now = dict(_reachable(namespace)) if namespace is not None else {}
+    now = dict(reachable(namespace)) if namespace is not None else {}
     for held in before.held:
         if namespace is not None and held.where in now and now[held.where] is not held.obj:
             health.discarded.append(f"`{held.where}` re-created (a new {held.kind})")
@@ -103,7 +103,7 @@ def examine(before: Inventory, namespace: Mapping[str, Any] | None) -> Health:
     return health
 
 
-def _reachable(namespace: Mapping[str, Any] | None) -> Iterator[tuple[str, Any]]:
+def reachable(namespace: Mapping[str, Any] | None) -> Iterator[tuple[str, Any]]:
     """(where, value) for each local, each item of a container local, each attribute of an object local."""
     for name, value in (namespace or {}).items():
         if name.startswith("@"):

@@ -57,6 +57,25 @@ class Helpers:
             self.watching = None
 
     @staticmethod
+    def leave(*managers: Any) -> None:
+        """Exit the `with` statements a run resuming above them leaves (`Mode.ABOVE`): `managers`
+        alternates each one's manager and `__exit__`, innermost first, `None` for one not open. Each
+        exits as a `continue` out of it would: with no exception, or with the error the exit of an
+        inner one raised (marked passed: an error of `__exit__` is not resumable), which goes on
+        unless one suppresses it."""
+        error: builtins.BaseException | None = None
+        for manager, exit_method in zip(managers[0::2], managers[1::2]):
+            if manager is None:
+                continue
+            try:
+                if exited(exit_method, manager, error):
+                    error = None
+            except builtins.BaseException as raised:
+                error = raised
+        if error is not None:
+            raise error
+
+    @staticmethod
     def values(namespace: dict[str, Any], names: tuple[str, ...]) -> list[Any]:
         """The values of `names` in a snapshot: what a segment's prologue binds its locals to."""
         return [namespace[name] for name in names]

@@ -30,7 +30,11 @@ class PatchRefused(Exception):
 
 def resolve(target: str) -> FunctionType:
     """The function named by `module:qualname` (or `sys.modules['module'].qualname`), without
-    evaluating any code: modules are looked up in `sys.modules`, then attributes one by one."""
+    evaluating any code: modules are looked up in `sys.modules`, then attributes one by one.
+
+    The function itself may be a special method (`CsvRows.__getitem__`); nothing on the way to it
+    may be a special name: through `__class__`, `__dict__` or `__globals__` a path could reach
+    what is not a function of the program's own classes and modules."""
     found = _SYS_MODULES.match(target.strip())
     if found is not None:
         module_name, qualname = found.group("module"), found.group("qualname")
@@ -42,8 +46,10 @@ def resolve(target: str) -> FunctionType:
     if module is None:
         raise PatchRefused(f"the module {module_name!r} is not loaded")
     value: Any = module
-    for part in qualname.split("."):
-        if not part.isidentifier() or part.startswith("__"):
+    parts = qualname.split(".")
+    for position, part in enumerate(parts):
+        special_method = position == len(parts) - 1 and isinstance(value, type) and part.endswith("__")
+        if not part.isidentifier() or (part.startswith("__") and not special_method):
             raise PatchRefused(f"{qualname!r} is not a plain qualified name")
         value = inspect.getattr_static(value, part, None)
         if value is None:

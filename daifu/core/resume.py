@@ -8,8 +8,9 @@ exits, and its own generated code then runs the continuation — and any further
 one after the other, so the stack does not grow with each crash.
 
 The runtime knows nothing of who decides or where repairs are recorded: the layers above give it a
-`Handling` (see `daifu.vaccinate`). It can also try a decision without carrying it out: in a
-sandboxed copy of the process (`daifu.core.trial`), through the very same resume path.
+`Handling` (`daifu.core.handling`; `daifu.vaccinate` gives one). It can also try a decision without
+carrying it out: in a sandboxed copy of the process (`daifu.core.trial`), through the very same
+resume path.
 
 Under the prototype's scope model (`transform(globals())`, `daifu.core.seedscope`) the function
 vaccinated here is the *body* behind the user's function: its variables are module globals, which
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import ast
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 import sys
@@ -30,13 +31,15 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from daifu.core.blocks import Path, assigned_names, locate, node_at, path_of
+from daifu.core.blocks import Path, locate, node_at, path_of, with_depth
 from daifu.core.compiling import future_flags, make_function, qualified, register_source
 from daifu.core.guard import Handover, is_passed, mark_passed
+from daifu.core.handling import Handling, RepairContext
 from daifu.core.helpers import Helpers
 from daifu.core.locate import column, raising_instruction
+from daifu.core.names import bound_names
 from daifu.core.rewrite import CannotResume, Flavour, Mode
 from daifu.core.version import Version, build_version
 
@@ -53,32 +56,6 @@ if TYPE_CHECKING:
 
 class RepairRefused(Exception):
     """A decision that cannot be carried out; the crash is offered again, state untouched."""
-
-
-class RepairEntry(Protocol):
-    """The record of one repair, as the runtime reports its progress to it."""
-
-    extra: dict[str, Any]
-
-    def decided(self, decision: Decision, decided_by: str) -> None: ...
-
-    def refused(self, decision: Decision, decided_by: str, reason: str) -> None: ...
-
-    def resumed(self, started: float) -> None: ...
-
-    def failed(self, decided_by: str) -> None: ...
-
-
-class Handling(Protocol):
-    """What the runtime needs from the layers above: a decision for a crash, and a record of it."""
-
-    def decide(self, crash: Crash) -> tuple[Decision, str]: ...
-
-    def begin(self, crash: Crash) -> RepairEntry: ...
-
-    def note(self, text: str) -> None: ...
-
-    def max_attempts(self, crash: Crash) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -101,7 +78,7 @@ class _Progress:
 
     fingerprint: dict[str, int]
     attempt: int
-    tried: list[tuple[str, str]]
+    tried: Sequence[tuple[str, str]]
 
 
 class _Invocation:
@@ -335,11 +312,14 @@ class Vaccine:
         node, header = found
         return Site(version, path_of(node), header)
 
-    def _describe(self, error: BaseException, frame: FrameType, live: _Live) -> Crash:
+    def _describe(self, error: BaseException, frame: FrameType, live: _Live, tried: list[tuple[str, str]]) -> Crash:
+        """The crash as the layers above see it; `tried` is this site's account of what was tried, which
+        the runtime (and a decider, through its `RepairContext`) adds to while the crash is offered."""
         from daifu.core.crash import Crash
 
         site = live.site
         node = site.node
+        previous = self._previous(site, live.namespace)
         crash = Crash(
             exception=error,
             function_name=self.name,
@@ -351,33 +331,35 @@ class Vaccine:
             statement=site.version.statement_text(node, header_only=site.header),
             kind=_kind(node) if site.header else "statement",
             locals=MappingProxyType(_user_view(live.namespace)),
-            attempt=1,
+            attempt=previous.attempt + 1 if previous is not None else 1,
             frame=frame,
+            tried=tried,
             check=lambda decision: self.check(decision, site),
+            trial=lambda decision, seconds=None: self.trial(decision, crash, live, seconds),
             globals=frame.f_globals,
         )
-        crash.trial = lambda decision, seconds=None: self.trial(decision, crash, live, seconds)
-        previous = self._previous(site, live.namespace)
         if previous is not None:
-            crash.attempt, crash.tried = previous.attempt + 1, list(previous.tried)
+            tried.extend(previous.tried)
         return crash
 
     def _repair(self, error: BaseException, frame: FrameType, live: _Live, crashed_at: float) -> Handover | None:
         """Ask for decisions until one can be carried out; `None` means give up (Raise)."""
         from daifu.core.decisions import Raise
 
-        crash = self._describe(error, frame, live)
+        tried: list[tuple[str, str]] = []
+        crash = self._describe(error, frame, live, tried)
         handling = self.handling
-        limit = handling.max_attempts(crash)
+        settings = handling.settings()
+        limit = settings.max_attempts
         if crash.attempt > limit:
             handling.note(f"{self.qualname}: {crash.attempt - 1} repairs at line {crash.lineno} made no progress; raising")
             return None
-        entry = handling.begin(crash)
-        crash.entry = entry
+        entry = handling.begin(crash, settings)
+        context = RepairContext(settings, entry, tried)
         for _offer in range(limit + 1):
-            decision, decided_by = handling.decide(crash)
-            if crash.edited_locals is not None:
-                edited = {k: v for k, v in dict(crash.edited_locals).items() if k not in _TEMPORARIES}
+            decision, decided_by = handling.decide(crash, context)
+            if context.edited_locals is not None:
+                edited = {k: v for k, v in dict(context.edited_locals).items() if k not in _TEMPORARIES}
                 live.namespace = {**live.shared, **edited, "@call": live.namespace["@call"]}
             if isinstance(decision, Raise):
                 entry.failed(decided_by)
@@ -385,11 +367,11 @@ class Vaccine:
             collecting = gc.isenabled()
             gc.disable()  # no full collection inside the restore window: it is paused until the run resumes
             try:
-                handover = self._prepare(decision, crash, live.copy())
+                handover = self._prepare(decision, crash, live.copy(), watch=context.watch)
             except RepairRefused as refusal:
                 if collecting:
                     gc.enable()
-                crash.tried.append((repr(decision), f"refused: {refusal}"))
+                tried.append((repr(decision), f"refused: {refusal}"))
                 entry.refused(decision, decided_by, str(refusal))
                 continue
             except BaseException:
@@ -398,8 +380,8 @@ class Vaccine:
                 raise
             handover.collecting = collecting
             entry.decided(decision, decided_by)
-            if all(tried[0] != repr(decision) for tried in crash.tried):
-                crash.tried.append((repr(decision), f"applied ({decided_by})"))  # a repeat of this crash will say so
+            if all(done[0] != repr(decision) for done in tried):
+                tried.append((repr(decision), f"applied ({decided_by})"))  # a repeat of this crash will say so
             handover.started = crashed_at
             handover.entry = entry
             return handover
@@ -408,8 +390,10 @@ class Vaccine:
 
     # -- carrying out a decision ------------------------------------------------------------
 
-    def _prepare(self, decision: Decision, crash: Crash, live: _Live, flavour: Flavour = Flavour.PLAIN) -> Handover:
-        """The hand-over that resumes the run with `decision` carried out on `live`.
+    def _prepare(self, decision: Decision, crash: Crash, live: _Live, flavour: Flavour = Flavour.PLAIN,
+                 watch: Callable[[FrameType], bool] | None = None) -> Handover:
+        """The hand-over that resumes the run with `decision` carried out on `live` (the iterations after
+        it watched by `watch`, if a decider set one).
 
         The steps of several plays (`Plays`) are carried out in order on one namespace: each action
         on what the previous steps left, each surgery validated against the version the previous
@@ -443,7 +427,9 @@ class Vaccine:
                     bound.append(self._run_action(step.code, here.version, namespace, live))
                 elif not isinstance(step, (Retry, Patch)):
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
-            if flavour is Flavour.PLAIN and crash.watch is not None:
+            if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
+                mode = self._leaving(site, here, mode, namespace)
+            if flavour is Flavour.PLAIN and watch is not None:
                 flavour = Flavour.WATCHED
             for plan in plans:  # the snapshot as the continuation receives it (a copy: a refusal loses it)
                 plan.carry(namespace)
@@ -480,8 +466,8 @@ class Vaccine:
             namespace.update(self.seed.view())
         self._remember(version, here.path, site, namespace, crash)
         if flavour is Flavour.WATCHED:
-            self.helpers.watching = crash.watch
-        return Handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
+            self.helpers.watching = watch
+        return self._handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
 
     def _run_action(self, code: str, version: Version, namespace: dict[str, Any], live: _Live) -> Undo:
         """Run an action; the module globals it bound, with their old values. `RepairRefused` if it fails.
@@ -499,6 +485,21 @@ class Vaccine:
             return run_action(code, namespace, local_names, globals_, self.flags)
         except ActionFailed as failure:
             raise RepairRefused(str(failure)) from None
+
+    @staticmethod
+    def _leaving(site: Site, here: Site, mode: Mode, namespace: dict[str, Any]) -> Mode:
+        """The mode of a run that a surgery resumes at `here`, above `with` statements in which it
+        crashed (`site`): it exits them first (`Mode.ABOVE`, `Rewriter._leaving`), and the
+        managers of deeper `with` statements, which are not open, are set to `None` for that.
+        `RepairRefused` when a later step would resume it otherwise (a skip): they would never exit."""
+        if mode is not Mode.AT:
+            raise RepairRefused("a skip cannot follow a surgery whose run resumes above the `with` statement "
+                                "it crashed in: that statement would never be exited")
+        open_below = with_depth(site.version.fdef, site.path)
+        for name in here.version.scope.plain_locals:
+            if name.startswith(("@cm", "@ex")) and name[3:].isdigit() and int(name[3:]) >= open_below:
+                namespace[name] = None
+        return Mode.ABOVE
 
     def _retry_mode(self, site: Site, namespace: dict[str, Any]) -> Mode:
         node = site.node
@@ -546,20 +547,25 @@ class Vaccine:
 
         The steps of several plays are checked in order, each surgery against the previous one's version.
         """
-        from daifu.core.decisions import Action, Patch, Plays, SkipIteration, Surgery
+        from daifu.core.decisions import Action, Patch, Plays, Skip, SkipIteration, Surgery
 
-        here, planned = site, 0
+        here, planned, mode = site, 0, Mode.AT
         try:
             for step in decision.steps if isinstance(decision, Plays) else (decision,):
                 if isinstance(step, Surgery):
                     plan = self._plan(step.source, here, len(self.versions) + planned)
                     _compiles(plan.version)  # all of it: a dry run compiles no continuation
-                    here, planned = Site(plan.version, plan.path, site.header), planned + 1
+                    here, planned, mode = Site(plan.version, plan.path, site.header), planned + 1, Mode.AT
                     here.version.rewriter.continuation(here.version.fdef, here.path, Mode.AT)
                 elif isinstance(step, Action):
                     compile(step.code, "<daifu action>", "exec", dont_inherit=True)
                 elif isinstance(step, SkipIteration):
                     here.version.rewriter.continuation(here.version.fdef, here.path, Mode.NEXT_ITERATION)
+                    mode = Mode.NEXT_ITERATION
+                elif isinstance(step, Skip):
+                    mode = Mode.AFTER
+            if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
+                self._leaving(site, here, mode, {})
             if isinstance(decision, Patch):
                 from daifu.core.patch import PatchRefused, check_patch
 
@@ -572,7 +578,7 @@ class Vaccine:
         except CannotResume as refusal:
             return str(refusal)
         except SyntaxError as error:
-            return f"the action does not parse: line {error.lineno}: {error.msg}"
+            return f"the action does not parse: line {error.lineno} of the action: {error.msg}"
         return None
 
     def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None) -> Verdict:
@@ -680,7 +686,12 @@ class Vaccine:
             raise RuntimeError(
                 f"DaiFu could not continue {self.qualname} after the repaired iteration: {error!r}"
             ) from None
-        raise Handover(self._resuming(code, version, namespace, closure, resume_point), namespace)
+        raise self._handover(self._resuming(code, version, namespace, closure, resume_point), namespace)
+
+    def _handover(self, continuation: Any, namespace: dict[str, Any]) -> Handover:
+        """The hand-over to `continuation` with `namespace`; under the prototype's scope model it binds
+        again the module globals the unwinding unbound (`SeedScope.rebind`)."""
+        return Handover(continuation, namespace, rebind=self.seed.rebind if self.seed is not None else None)
 
     def _resuming(self, code: CodeType, version: Version, namespace: dict[str, Any], cells: dict[str, CellType],
                   resume_point: tuple[int] | None) -> Any:
@@ -700,9 +711,9 @@ class Vaccine:
         node = site.node
         own = self._bound.get(node)
         if own is None:  # the names a statement binds never change: found once per statement
-            own = assigned_names(node.target) if site.header and _kind(node) == "for" else set()
+            own = bound_names(node.target, imports=False) if site.header and _kind(node) == "for" else set()
             if not site.header:
-                own = assigned_names(node)
+                own = bound_names(node, imports=False)
             self._bound[node] = own
         return {k: id(v) for k, v in namespace.items() if k not in own and not k.startswith("@")}
 

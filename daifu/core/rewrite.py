@@ -59,6 +59,7 @@ class Mode(Enum):
     """Where, relative to the statement at a path, a continuation starts."""
 
     AT = "at"  # run the statement (again)
+    ABOVE = "above"  # run it after exiting the `with` statements a crash below it left open (a surgery's)
     AFTER = "after"  # run what follows it
     LOOP_NEXT = "loop-next"  # a `for` header: ask the same iterator for its next item
     LOOP_EXHAUSTED = "loop-exhausted"  # a loop header: end the loop as if exhausted (run `else`)
@@ -524,7 +525,8 @@ class Rewriter:
     def segment(self, fdef: ast.FunctionDef, path: Path, mode: Mode, version: int, present: tuple[str, ...]
                 ) -> ast.FunctionDef | None:
         """A continuation that holds only the rest of the interrupted iteration of the innermost
-        loop around `path` (resumed `Mode.AT` or `Mode.AFTER`); `None` when no loop's body holds it.
+        loop around `path` (resumed `Mode.AT`, `Mode.ABOVE` or `Mode.AFTER`); `None` when no loop's
+        body holds it.
 
         A per-site continuation holds every loop's body two or three times (the rest of the
         iteration, the remaining iterations, the enclosing loop's iterations); a segment holds the
@@ -541,7 +543,7 @@ class Rewriter:
         names, so its prologue loads them in one statement (`_load_present`) instead of testing
         every local of the function.
         """
-        if self.flavour is not Flavour.PLAIN or mode not in (Mode.AT, Mode.AFTER):
+        if self.flavour is not Flavour.PLAIN or mode not in (Mode.AT, Mode.ABOVE, Mode.AFTER):
             return None
         loop = _innermost_loop(fdef, path)
         if loop is None:
@@ -691,6 +693,8 @@ class Rewriter:
         after = self.block(block[index + 1 :], depth)
         if mode is Mode.AT:
             return self.block(block[index:], depth)
+        if mode is Mode.ABOVE:
+            return self._leaving(block[index], depth) + self.block(block[index:], depth)
         if mode is Mode.AFTER:
             return after
         node = block[index]
@@ -704,6 +708,15 @@ class Rewriter:
             cleared = _at([_assign(f"@it{depth.loops}", _none())], node) if isinstance(node, ast.For) else []
             return self._marked(self.block(node.orelse, depth) + cleared, node) + after
         raise CannotResume(f"cannot resume {mode.value} a {type(node).__name__} statement")
+
+    def _leaving(self, node: ast.stmt, depth: _Depth) -> list[ast.stmt]:
+        """`@rt.leave(@cmK, @exK, ..., @cmD, @exD)`: exit, innermost first, the `with` statements at
+        depth `D` (that of `node`'s block) and deeper that are open. A surgery whose run resumes
+        above a crash inside them (`surgery.resume_path`) leaves them, as a `continue` would; the
+        runtime sets the managers of those that are not open to `None` (`Vaccine._prepare`)."""
+        deepest = sum(1 for name in self.scope.plain_locals if name.startswith("@cm"))
+        managers = [_name(f"{prefix}{d}") for d in reversed(range(depth.withs, deepest)) for prefix in ("@cm", "@ex")]
+        return _at([ast.Expr(_call("leave", *managers))], node)
 
     def _resumed(self, node: ast.stmt, field: str, inner: Resumed, depth: _Depth) -> list[ast.stmt]:
         """The remainder of compound statement `node`, entered in its block `field`, whose own

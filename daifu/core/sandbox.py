@@ -1,15 +1,19 @@
-"""The sandbox of a trial: what a forked copy of the training process may not do.
+"""The sandbox of a trial: what a forked copy of the training process may do, and nothing else.
 
 A trial runs the user's real code on the real data; it must leave no trace outside its own
-memory. Two layers, installed in the child right after `fork`:
+memory. Before the sandbox, the copy has been detached from the live run (`daifu.core.isolate`:
+no shared memory, no shared file offsets, inherited pipes and sockets sealed). Then two layers:
 
-1. a seccomp filter (libseccomp, through `pyseccomp`), the barrier: opening a file for writing,
-   deleting, renaming or creating files and folders, changing their modes, writing to any file
-   descriptor other than the trial's own (0, 1, 2: the verdict pipe and the captured output),
-   reading from inherited pipes and sockets (a DataLoader's queues, a process group), creating
-   sockets or connecting them, starting programs or processes, signalling other processes: each
-   fails with `SANDBOX_ERRNO`, whatever code asks — native code included (`torch.save` writes
-   through PyTorch's C++ file writer, which no Python hook sees);
+1. a seccomp filter (libseccomp, through `pyseccomp`), the barrier: an allowlist of the system
+   calls a training iteration makes — memory, threads of its own, time, signals to itself,
+   reading files, writing to the trial's own three descriptors (0, 1, 2: the verdict pipe and
+   the captured output) — and every other call fails with `SANDBOX_ERRNO`, whatever code asks,
+   native code included (`torch.save` writes through PyTorch's C++ file writer, which no Python
+   hook sees). Refused, because they are not on the list: opening a file for writing, deleting,
+   renaming or creating files, changing modes, reading a sealed descriptor, sockets, programs and
+   processes, signals to other processes, another process's priority or memory, SysV shared
+   memory, io_uring. A refused call is an `OSError` the trial's verdict calls *stopped at effect*;
+   a refusal native code cannot survive ends the copy, which the verdict reports as such;
 2. audit hooks (PEP 578) and a few wrappers, to *name* what Python code tried before it
    happens: the trial stops there with `SandboxStop`, a `BaseException` the user's
    `except Exception` does not swallow. Spawning a process or opening a connection is
@@ -21,6 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
@@ -28,21 +33,44 @@ SANDBOX_ERRNO = errno.EBADE
 """The error the seccomp filter answers with: rare enough that a trial knows the sandbox caused it."""
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_FILE_CHANGES = (
-    "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "link", "linkat",
-    "symlink", "symlinkat", "truncate", "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat",
-    "utime", "utimes", "utimensat", "futimesat", "mknod", "mknodat", "creat", "openat2", "name_to_handle_at",
-    "open_by_handle_at",
+_ALLOWED = (
+    # memory of its own (mmap is allowed below unless it maps a file shared and writable)
+    "brk", "munmap", "mremap", "mprotect", "madvise", "mincore", "msync", "membarrier", "get_mempolicy",
+    # threads of its own (clone below, with CLONE_THREAD only), and waiting
+    "futex", "futex_waitv", "set_robust_list", "get_robust_list", "set_tid_address", "rseq", "sched_yield",
+    "sched_getaffinity", "sched_getparam", "sched_getscheduler", "sched_get_priority_max",
+    "sched_get_priority_min", "arch_prctl", "prctl", "seccomp", "restart_syscall", "exit", "exit_group",
+    "wait4", "waitid",
+    # time and identity
+    "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time", "times",
+    "getrusage", "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getgroups",
+    "getresuid", "getresgid", "getpgrp", "getpgid", "getsid", "capget", "uname", "sysinfo", "getcpu",
+    "getrandom", "getrlimit", "getpriority", "sched_getattr",
+    # signals to itself (tgkill below, to its own threads only)
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigtimedwait", "rt_sigsuspend",
+    "sigaltstack", "pause", "alarm", "getitimer", "setitimer", "timer_create", "timer_settime",
+    "timer_gettime", "timer_getoverrun", "timer_delete",
+    # reading files and folders (open and openat below, without a flag that writes; read and close by
+    # descriptor below)
+    "lseek", "fstat", "stat", "lstat", "newfstatat", "statx", "statfs", "fstatfs",
+    "access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "getcwd", "chdir",
+    "fchdir", "fcntl", "dup", "dup2", "dup3", "fadvise64", "readahead", "getxattr", "lgetxattr", "fgetxattr",
+    "listxattr", "llistxattr", "flistxattr", "umask", "fsync", "fdatasync",
+    # waiting on descriptors of its own
+    "pipe", "pipe2", "eventfd2", "poll", "ppoll", "select", "pselect6", "epoll_create", "epoll_create1",
+    "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2",
 )
-_WRITES = (
-    "write", "writev", "pwrite64", "pwritev", "pwritev2", "sendto", "sendmsg", "sendmmsg", "ftruncate",
-    "fallocate", "copy_file_range", "sendfile", "splice", "tee", "vmsplice",
-)
-_READS = ("read", "readv", "preadv", "preadv2", "pread64", "recvfrom", "recvmsg", "recvmmsg")
-_NETWORK = ("socket", "socketpair", "connect", "bind", "listen", "accept", "accept4")
-_PROCESSES = ("execve", "execveat", "fork", "vfork", "kill", "ptrace", "process_vm_writev", "process_vm_readv")
+"""The system calls a training iteration makes, allowed whatever their arguments."""
+_BY_DESCRIPTOR = ("read", "readv", "pread64", "preadv", "preadv2", "close")
+"""Allowed on any descriptor but a sealed one: reading one would take the live run's data, and
+closing one would free its number for a file of the trial's, which the filter would then refuse."""
+_WRITES = ("write", "writev")
+_IOCTLS = (0x5401, 0x5413, 0x541B, 0x5421, 0x5451, 0x5450)
+"""The `ioctl` requests allowed: TCGETS and TIOCGWINSZ (is it a terminal, how wide), FIONREAD,
+FIONBIO, FIOCLEX, FIONCLEX. Not TIOCSTI (typing into a terminal) nor any device's own."""
 _CLONE_THREAD = 0x00010000
 _PROT_WRITE, _MAP_SHARED = 0x2, 0x01
+_NEGATIVE_INT = 0x80000000
 
 _DANGEROUS_EVENTS = (
     "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill",
@@ -85,10 +113,14 @@ def unavailable() -> str | None:
     return None
 
 
-def install() -> None:
-    """Install both layers in this (child) process; for good: there is no way back."""
+def install(sealed: Sequence[int] = (), kept: Sequence[int] = ()) -> None:
+    """Install both layers in this (child) process; for good: there is no way back.
+
+    `sealed`: the descriptors the copy may not read (`daifu.core.isolate`); `kept`: the copy's own
+    descriptors between the lowest and the highest sealed one.
+    """
     _guard_python()
-    _filter_system_calls()
+    _filter_system_calls(sealed, kept)
 
 
 def caused(error: BaseException) -> bool:
@@ -175,27 +207,12 @@ def quiet_distributed(objects: list[Any]) -> None:
             obj.require_forward_param_sync = False
 
 
-def _inherited_channels() -> list[int]:
-    """The pipes and sockets this process inherited (beyond 0, 1 and 2)."""
-    found = []
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd <= 2:
-            continue
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith(("pipe:", "socket:")):
-            found.append(fd)
-    return found
-
-
-def _filter_system_calls() -> None:
+def _filter_system_calls(sealed: Sequence[int] = (), kept: Sequence[int] = ()) -> None:
+    """The allowlist: every system call not allowed here fails with `SANDBOX_ERRNO`."""
     import pyseccomp as seccomp  # type: ignore[import-untyped]
 
-    refuse = seccomp.ERRNO(SANDBOX_ERRNO)
-    rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    allow = seccomp.ALLOW
+    rules = seccomp.SyscallFilter(defaction=seccomp.ERRNO(SANDBOX_ERRNO))
 
     def add(action: int, name: str, *args: Any) -> None:
         try:
@@ -203,20 +220,27 @@ def _filter_system_calls() -> None:
         except (OSError, ValueError, RuntimeError):  # a system call this architecture does not have
             pass
 
+    for name in _ALLOWED:
+        add(allow, name)
     for name, position in (("open", 1), ("openat", 2)):
-        for flag in (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND):
-            add(refuse, name, seccomp.Arg(position, seccomp.MASKED_EQ, flag, flag))
-    for name in _FILE_CHANGES + _NETWORK + _PROCESSES:
-        add(refuse, name)
+        add(allow, name, seccomp.Arg(position, seccomp.MASKED_EQ, _WRITE_FLAGS, 0))
+    for name in _BY_DESCRIPTOR:
+        if not sealed:
+            add(allow, name)
+            continue
+        add(allow, name, seccomp.Arg(0, seccomp.LT, min(sealed)))
+        add(allow, name, seccomp.Arg(0, seccomp.GT, max(sealed)))
+        for fd in kept:
+            add(allow, name, seccomp.Arg(0, seccomp.EQ, fd))
     for name in _WRITES:
-        add(refuse, name, seccomp.Arg(0, seccomp.GT, 2))
-    for fd in _inherited_channels():
-        for name in _READS:
-            add(refuse, name, seccomp.Arg(0, seccomp.EQ, fd))
-    add(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_THREAD, 0))
+        add(allow, name, seccomp.Arg(0, seccomp.LE, 2))
+    for request in _IOCTLS:
+        add(allow, "ioctl", seccomp.Arg(1, seccomp.EQ, request))
+    add(allow, "mmap", seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_SHARED, 0))  # private
+    add(allow, "mmap", seccomp.Arg(2, seccomp.MASKED_EQ, _PROT_WRITE, 0))  # read-only
+    add(allow, "mmap", seccomp.Arg(4, seccomp.MASKED_EQ, _NEGATIVE_INT, _NEGATIVE_INT))  # no file: its own memory
+    add(allow, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_THREAD, _CLONE_THREAD))
     add(seccomp.ERRNO(errno.ENOSYS), "clone3")  # its flags are out of reach: C libraries fall back to clone
-    add(refuse, "tgkill", seccomp.Arg(0, seccomp.NE, os.getpid()))
-    add(refuse, "mmap", seccomp.Arg(2, seccomp.MASKED_EQ, _PROT_WRITE, _PROT_WRITE),
-        seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_SHARED, _MAP_SHARED),
-        seccomp.Arg(4, seccomp.MASKED_EQ, 0xFFFFFFFF80000000, 0))
+    add(allow, "tgkill", seccomp.Arg(0, seccomp.EQ, os.getpid()))
+    add(allow, "prlimit64", seccomp.Arg(0, seccomp.EQ, 0))  # its own limits only
     rules.load()

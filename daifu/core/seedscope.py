@@ -224,6 +224,16 @@ class SeedScope:
         """Put back the module values that `enter` saved."""
         self.globals.update(saved)
 
+    def rebind(self, namespace: dict[str, Any]) -> None:
+        """Bind again the shared names of `namespace`, the snapshot a run resumes with, that the
+        module lost since it was taken: a frame unwinding from a crash inside `except ... as e`
+        unbinds `e` (Python's cleanup on leaving a handler) although the run resumes inside the
+        handler. The unwinding only unbinds names; a name bound in the module is left as it is."""
+        module = self.globals
+        for name in self.names.shared:
+            if name in namespace and name not in module:
+                module[name] = namespace[name]
+
     def view(self) -> dict[str, Any]:
         """The function's variables now: its shared names bound in the module (modules left out).
 

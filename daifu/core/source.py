@@ -38,8 +38,14 @@ def parse_function(source: str, first_lineno: int, name: str | None = None) -> a
     except SyntaxError:
         import textwrap  # only for a source the `if 1:` header cannot hold: not worth 1 ms on every import
 
-        module = ast.parse(textwrap.dedent(source))
         indented, shift = False, first_lineno - 1
+        try:
+            module = ast.parse(textwrap.dedent(source))
+        except SyntaxError as error:  # said with the file's lines, as every message of DaiFu's
+            for attribute in ("lineno", "end_lineno"):
+                if getattr(error, attribute, None):
+                    setattr(error, attribute, getattr(error, attribute) + shift)
+            raise
     body = module.body[0].body if indented and isinstance(module.body[0], ast.If) else module.body
     defs = [node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if len(defs) != 1 or len(body) != 1:

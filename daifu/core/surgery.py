@@ -4,13 +4,19 @@ The rule (used by the runtime, the console and the repair bot's client alike):
 
 A surgery is the whole new `def` of the vaccinated function. It is accepted when it parses,
 defines one plain function (not a generator or coroutine: no `yield`, no `await`) with the same
-name, parameters and default values, compiles, every name it reads is defined (assigned in the
-new function, a parameter, a closure variable, a module global or a builtin), and the run can
+name, parameters and default values, compiles, every name it newly reads from outside is defined
+(assigned in the new function, a parameter, a closure variable, a module global or a builtin: a
+name the crashed version already read from outside, on a branch the run did not take, is Python's
+business, as it was before the surgery: a `NameError` if that branch runs), and the run can
 resume in it: each compound statement the program is running inside (the enclosing loops,
 `with`, `try`, `if`, `match`) is still there with the same header — its body may change — and the
 block that crashed may be wrapped in a new `try` (the run resumes inside it). The run resumes at
-the new statement that corresponds to the faulty one, or at the first changed statement of the
-block that crashed when that comes before it (the fix is a line up).
+the new statement that corresponds to the faulty one, or at the first changed statement before
+it in the interrupted iteration (the fix is a line or two up), whatever the nesting of the faulty
+statement: in its block, or before the statement holding it in a block around it, up to the body
+of the innermost loop or the function's body, through `if`, `match`, `with` (exited on the way,
+`Mode.ABOVE`) and `try` statements without `finally` (`blocks.iteration_start`). The statements
+from there to the faulty one run again.
 
 `outside_block` tells whether a surgery also changes code outside the innermost block holding the
 faulty statement; the repair bot's client asks a person's approval for that.
@@ -26,7 +32,7 @@ from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daifu.core.blocks import COMPOUND, HEADER_KINDS, TRY, Path, block_of, child_blocks
+from daifu.core.blocks import COMPOUND, HEADER_KINDS, TRY, Path, block_of, child_blocks, iteration_start, node_at
 from daifu.core.changes import Change
 from daifu.core.rewrite import final_number
 from daifu.core.version import Version
@@ -66,7 +72,7 @@ def plan_surgery(old: Version, new: Version, path: Path, known: Collection[str])
     """
     check_same_signature(old.fdef, new.fdef)
     new_path, same, finals = resume_path(old, new, path)
-    unknown = sorted(unknown_names(new.module_reads(), known))
+    unknown = sorted(unknown_names(new.module_reads() - old.module_reads(), known))
     if unknown:
         names = ", ".join(repr(n) for n in unknown)
         raise SurgeryRefused(
@@ -143,9 +149,11 @@ def unknown_names(reads: set[str], names: Collection[str]) -> set[str]:
     """Of the names a new version reads from its module (`Version.module_reads`: the names it reads
     and never assigns, as the compiler scopes them), those neither in `names` nor builtins.
 
-    Judged on the new code alone: a local the new function no longer assigns is unknown even if
-    the crashed frame still holds a stale value of that name. Its decorators and default values
-    are not its code's (they were evaluated when the function was defined), nor are annotations.
+    Judged on the new code's scopes: a local the new function no longer assigns is read from the
+    module now, and unknown even if the crashed frame still holds a stale value of that name. Its
+    decorators and default values are not its code's (they were evaluated when the function was
+    defined), nor are annotations. `plan_surgery` passes only the reads the crashed version did not
+    make: what the change introduces.
     """
     return reads - set(names) - set(dir(builtins)) - {"__class__"}
 
@@ -301,13 +309,18 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
 
     Returns the path, whether it is the faulty statement's own counterpart (False: a changed
     statement, to be run from its start), and the enclosing `try ... finally` statements' numbers
-    (old to new). A compound statement whose header raised is its own counterpart when only its
-    blocks changed: a `for` whose iterator raised goes on with the next item, as after a retry,
-    instead of starting over.
+    (old to new). The run resumes at the first changed statement earlier in the iteration it is
+    running (`blocks.iteration_start`), at whatever level of nesting: a statement before the
+    faulty one in its block, or before the statement holding it in an enclosing block (or a
+    statement holding such a change: the `try` whose body changed, for a run in its handler).
+    A compound statement whose header raised is its own counterpart when only its blocks changed:
+    a `for` whose iterator raised goes on with the next item, as after a retry, instead of
+    starting over.
     """
     if new.derived_from is old and new.change is not None:
         return _across(new.change, old, new, path)
     headers, statements = _Keys(old, new, _header_shape), _Keys(old, new, _shape)
+    top = iteration_start(old.fdef, path)
     old_block: list[ast.stmt] = old.fdef.body
     new_block: list[ast.stmt] = new.fdef.body
     new_path: list[Any] = []
@@ -317,13 +330,20 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
         old_node = old_block[index]
         old_keys, new_keys, new_header = headers.pair(old_block, new_block)
         steps, inner = _unwrap(set(old_keys), new_block, {old_keys[index]}, new_header)
+        outer = new_block
         if steps:
-            new_path += steps
             new_block, new_keys = inner, [new_header(s) for s in inner]
         mapped = _map_index(old_keys, new_keys, index)
         new_node = new_block[mapped] if mapped is not None else None
-        if new_node is None or new_header(new_node) != old_keys[index]:
+        if mapped is None or new_node is None or new_header(new_node) != old_keys[index]:
             raise SurgeryRefused(_changed_enclosing(old_node, new_block))
+        if level >= top:  # a change earlier in the interrupted iteration, at this level
+            earlier = _earlier_change(statements, old_block[:index], outer, steps, mapped)
+            if earlier is None and _changed_before_clause(statements, old_node, new_node, field_name):
+                earlier = (*steps, mapped)
+            if earlier is not None:
+                return tuple(new_path + list(earlier)), False, finals
+        new_path += steps
         if getattr(old_node, "finalbody", None) and getattr(new_node, "finalbody", None):
             finals[final_number(old_node)] = final_number(new_node)
         try:
@@ -337,16 +357,55 @@ def resume_path(old: Version, new: Version, path: Path) -> tuple[Path, bool, dic
     if steps:
         new_path += steps
         new_block, new_keys = inner, [new_statement(s) for s in inner]
-    if old_keys == new_keys:
+    first = _common_prefix(old_keys, new_keys)
+    if first > index:  # the faulty statement and all before it are the same (or nothing changed)
         return tuple(new_path + [index]), True, finals
-    matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag != "equal" and i1 <= index:
-            own = tag == "replace" and i1 == index and i2 - i1 == j2 - j1  # the faulty statement changed
-            return tuple(new_path + [j1]), own and _same_header(old_block[index], new_block[j1]), finals
-        if tag == "equal" and i1 <= index < i2:
-            return tuple(new_path + [j1 + index - i1]), True, finals
-    return tuple(new_path + [len(new_block)]), False, finals
+    matcher = difflib.SequenceMatcher(None, old_keys[first:], new_keys[first:], autojunk=False)
+    tag, i1, i2, j1, j2 = matcher.get_opcodes()[0]
+    own = tag == "replace" and first == index and i2 - i1 == j2 - j1  # the faulty statement changed
+    if own:
+        own = _same_header(old_block[index], new_block[first])
+    return tuple(new_path + [first]), own, finals
+
+
+def _common_prefix(old_keys: list[int], new_keys: list[int]) -> int:
+    """How many statements two blocks (by their keys) start with in common: the first changed one
+    is the next. A statement inserted after one just like it is the second (as the source lines
+    tell, `changes.changed_lines`), not the first."""
+    shortest = min(len(old_keys), len(new_keys))
+    first = 0
+    while first < shortest and old_keys[first] == new_keys[first]:
+        first += 1
+    return first
+
+
+def _earlier_change(keys: _Keys, old_before: list[ast.stmt], new_block: list[ast.stmt], steps: list[Any],
+                    mapped: int) -> tuple[Any, ...] | None:
+    """Where the first changed statement before the statement holding the run is, in a block of the
+    interrupted iteration: a path relative to `new_block` (inside the new `try` statements that
+    `steps` enter, if any), or `None` when the statements before it are the old ones,
+    `old_before`. When some were only removed, the statement holding the run is run again."""
+    old_keys, _new_keys, new_key = keys.pair(old_before, new_block)
+    before: list[tuple[tuple[Any, ...], int]] = []
+    block = new_block
+    prefix: tuple[Any, ...] = ()
+    for wrapper in steps[0::2]:
+        before += [((*prefix, j), new_key(block[j])) for j in range(wrapper)]
+        prefix, block = (*prefix, wrapper, "body"), block[wrapper].body  # type: ignore[attr-defined]
+    before += [((*prefix, j), new_key(block[j])) for j in range(mapped)]
+    first = _common_prefix(old_keys, [key for _place, key in before])
+    if first == len(old_keys) == len(before):
+        return None
+    return before[first][0] if first < len(before) else (*prefix, mapped)
+
+
+def _changed_before_clause(keys: _Keys, old: ast.stmt, new: ast.stmt, field_name: str) -> bool:
+    """Whether the run, inside clause `field_name` of a `try` (a handler, `else`), is past a body
+    that changed: the `try` is then run again from its start."""
+    if not isinstance(old, TRY) or field_name == "body":
+        return False
+    old_keys, new_keys, _key = keys.pair(old.body, new.body)  # type: ignore[attr-defined]
+    return old_keys != new_keys
 
 
 def _same_header(old: ast.stmt, new: ast.stmt) -> bool:
@@ -359,9 +418,12 @@ def _across(change: Change, old: Version, new: Version, path: Path) -> tuple[Pat
     """`resume_path` for a version derived from `old` with `change`, a run of simple statements of one
     block replaced (`daifu.core.changes`): every other statement is the old one, at the same path or,
     after the run in its block, moved by the difference in length. Only the run is matched, statement
-    against statement, as `resume_path` matches a block: a run interrupted in its block after a
-    changed statement resumes at the first one, and one interrupted after a statement of its block
-    that holds the change (or in that statement's header) resumes at that statement."""
+    against statement, as `resume_path` matches a block. A run interrupted after a changed statement
+    of the iteration it is running (`blocks.iteration_start`) resumes at the first one, whatever
+    the nesting: in its own block, or in an enclosing block before the statement holding it; one
+    interrupted after a statement that holds the change (or in the body of a `try` whose handler it
+    is in) resumes at that statement; one whose header raised goes on there when the change is
+    inside it."""
     finals: dict[int, int] = {}
     block = old.fdef.body
     for level in range(0, len(path) - 1, 2):  # no `try` changed: each keeps its number
@@ -376,20 +438,23 @@ def _across(change: Change, old: Version, new: Version, path: Path) -> tuple[Pat
         moved = (*change.block, path[depth] + len(change.new) - len(change.old), *path[depth + 1 :])
     if old_keys == new_keys:  # reformatted, or only comments changed
         return moved, True, finals
-    last = len(path) - 1
-    if len(change.block) > last and change.block[:last] == path[:last] and change.block[last] <= path[last]:
-        # The crashed block changed from there: inside the statement whose header raised (which
-        # goes on as it was), or inside one before the faulty statement (which runs again).
-        return (*path[:last], change.block[last]), change.block[last] == path[last], finals
-    if len(path) <= depth or path[:depth] != change.block or path[depth] < change.start:
+    top = iteration_start(old.fdef, path)
+    shared = _common_prefix(list(change.block), list(path))
+    if shared == len(path):  # inside the statement whose header raised, which goes on as it was
         return path, True, finals
+    if shared < depth:  # the change is inside a statement of a block around the run, or beside it
+        if shared % 2 == 0 and change.block[shared] < path[shared] and shared >= top:
+            return (*path[:shared], change.block[shared]), False, finals  # a statement before, run again
+        holder = node_at(old.fdef, path[:shared]) if shared % 2 else None
+        if isinstance(holder, TRY) and change.block[shared] == "body" and shared - 1 >= top:
+            return path[:shared], False, finals  # the body of the `try` whose handler or `else` runs
+        return path, True, finals
+    if depth < top or path[depth] < change.start:  # outside the iteration, or after the run
+        return moved, True, finals
+    first = _common_prefix(old_keys, new_keys)
     offset = path[depth] - change.start
-    matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
-    for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
-        if tag != "equal" and i1 <= offset and len(path) == depth + 1:
-            return (*change.block, change.start + j1), False, finals
-        if tag == "equal" and i1 <= offset < i2:
-            return (*change.block, change.start + j1 + offset - i1), True, finals
+    if first <= offset:
+        return (*change.block, change.start + first), False, finals
     return moved, True, finals
 
 

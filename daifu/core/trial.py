@@ -1,24 +1,30 @@
 """Trials: a candidate repair tried on a copy of the live run before it touches the real one.
 
 `run(decision, body, namespace, seconds)` forks the crashed process. The child (a copy-on-write
-copy: same objects, same data, same point in the program) installs the sandbox
+copy: same objects, same data, same point in the program) detaches itself from the live run
+(`daifu.core.isolate`: shared memory made private, inherited files re-opened, pipes and sockets
+sealed), limits its memory (`daifu.core.trial_memory`), installs the sandbox
 (`daifu.core.sandbox`), captures its output, and calls `body`, which carries the decision out
 through the runtime's own resume path with a *trial* continuation. The trial ends:
 
 - when the interrupted iteration of the innermost enclosing loop is over (the trial continuation
   calls `iteration_over` there) or the function returns: *completed*;
 - at the first crash, vaccinated or not: *raised*, with the exception and the user's file:line;
-- at an effect the sandbox stops (a file write, a collective): *stopped at effect*; at an
-  attempt to start a process or open a connection: *dangerous*;
+- at an effect the sandbox stops (a file write, a collective, a system call not on its list, a
+  write to shared memory it could only make read-only): *stopped at effect*; at an attempt to
+  start a process or open a connection: *dangerous*;
 - when the time budget runs out: the parent kills the child, *timed out*.
 
+No trial starts when what it may dirty does not fit in the memory free (*unavailable: memory*).
 At the end the child reads the run's health (`daifu.core.health`) and sends the verdict to the
-parent through a pipe, then leaves with `os._exit`: no `finally` clause, no `atexit` handler, no
-buffered output of the copy ever runs. The parent's state is never touched by a trial.
+parent through a pipe with its peak memory, then leaves with `os._exit`: no `finally` clause, no
+`atexit` handler, no buffered output of the copy ever runs. The parent's state is never touched by
+a trial.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -35,12 +41,11 @@ from enum import Enum
 from types import FrameType
 from typing import Any
 
-from daifu.core import health, sandbox
+from daifu import config
+from daifu.core import health, isolate, sandbox, trial_memory
 
 _DAIFU = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_SECONDS = 5.0
 RETURNED = "the function returned"
-"""A trial's time budget unless configured (`DAIFU_TRIAL_SECONDS`)."""
 
 
 class Outcome(str, Enum):
@@ -67,6 +72,9 @@ class Verdict:
     became non-finite; nonfinite: the locals holding non-finite values (often the bad batch itself).
     discarded: the trained state the repair threw away. losses_before/after: scalar losses (by
     name) before the crash and at the end of the trial. output: the end of what the copy printed.
+    peak_bytes: the most memory the copy took beyond what it shared with the live run (0: not
+    known). shared_memory: what was done to the shared memory of the live run (copied, made
+    read-only; "" when there was none). isolated: all that detached the copy from the live run.
     reached: for an effect stopped, the places of code outside the libraries and DaiFu (the program's
     files, an action's `<daifu action N>`, a surgery's `file (surgery N)`) its traceback went through,
     outermost first, as `filename:line`: whose code reached it is for the decider to tell.
@@ -83,6 +91,9 @@ class Verdict:
     losses_before: Mapping[str, float] = field(default_factory=dict)
     losses_after: Mapping[str, float] = field(default_factory=dict)
     output: str = ""
+    peak_bytes: int = 0
+    shared_memory: str = ""
+    isolated: str = ""
     reached: tuple[str, ...] = ()
 
     @property
@@ -112,6 +123,10 @@ class Verdict:
         else:
             head = f"{self.outcome}: {self.detail}"
         parts = [head]
+        if self.peak_bytes:
+            parts.append(f"peak memory {trial_memory.size(self.peak_bytes)}")
+        if self.shared_memory:
+            parts.append(self.shared_memory)
         ran = self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT)
         if self.losses_after and ran:
             parts.append(", ".join(f"{name} {value:.4g}" for name, value in self.losses_after.items()))
@@ -154,7 +169,8 @@ View = Callable[[FrameType | None], Mapping[str, Any]]
 
 def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view: View,
         seconds: float | None = None) -> Verdict:
-    """Try `decision` (carried out by `body`) in a sandboxed copy of this process.
+    """Try `decision` (carried out by `body`) in a sandboxed copy of this process, within `seconds`
+    (by default the configured `trial_seconds`).
 
     `watched` are the values whose health the verdict reports (the crashed frame's locals, the
     globals its function uses); `view(frame)` gives the same at the end of the trial.
@@ -162,8 +178,12 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
     reason = unavailable()
     if reason is not None:
         return Verdict(Outcome.UNAVAILABLE, detail=reason)
-    budget = seconds if seconds is not None else _configured_seconds()
+    budget = seconds if seconds is not None else config.settings().trial_seconds
     before = health.inventory(watched)
+    need = trial_memory.estimate(before, watched)
+    room = trial_memory.allowance(config.settings().trial_memory)
+    if need.total > room.bytes:
+        return Verdict(Outcome.UNAVAILABLE, detail=_too_large(need, room))
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -176,7 +196,8 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork in a multi-threaded process
         pid = os.fork()
     if pid == 0:
-        _child(read_end, write_end, capture.fileno(), body, _Child(before, view, started))  # never returns
+        state = _Child(before, view, started, need, room)
+        _child(read_end, write_end, capture.fileno(), body, state)  # never returns
     forked = time.perf_counter()
     os.close(write_end)
     try:
@@ -186,22 +207,21 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
         capture.close()
 
 
-def _configured_seconds() -> float:
-    try:
-        return float(os.environ.get("DAIFU_TRIAL_SECONDS", DEFAULT_SECONDS))
-    except ValueError:
-        return DEFAULT_SECONDS
+def _too_large(need: trial_memory.Estimate, room: trial_memory.Allowance) -> str:
+    size = trial_memory.size
+    return (f"memory: the trial may need {size(need.total)} (trained state {size(need.rewritten)}, new gradients "
+            f"{size(need.created)}, margin {size(need.margin)}), and {size(max(room.bytes, 0))} is {room.source}")
 
 
 def _wait(pid: int, pipe: int, capture: Any, started: float, fork_ms: float, budget: float) -> Verdict:
     deadline = started + budget
     received = b""
-    timed_out = False
+    timed_out, peak = False, 0
     try:
         while True:
             remaining = deadline - time.perf_counter()
             if remaining <= 0 or not select.select([pipe], [], [], remaining)[0]:
-                timed_out = True
+                timed_out, peak = True, trial_memory.peak(pid)
                 break
             chunk = os.read(pipe, 1 << 16)
             if not chunk:
@@ -222,8 +242,11 @@ def _wait(pid: int, pipe: int, capture: Any, started: float, fork_ms: float, bud
         except (ValueError, KeyError, TypeError):
             pass
     if timed_out:
-        return Verdict(Outcome.TIMED_OUT, elapsed, fork_ms, detail=f"no verdict within {budget:g} s", output=output)
+        return Verdict(Outcome.TIMED_OUT, elapsed, fork_ms, detail=f"no verdict within {budget:g} s", output=output,
+                       peak_bytes=peak)
     how = f"signal {-os.waitstatus_to_exitcode(status)}" if os.WIFSIGNALED(status) else f"status {os.waitstatus_to_exitcode(status)}"
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:  # not by us: the verdict pipe had closed
+        how += " (SIGKILL: most likely the kernel's OOM killer, whose first choice the trial is)"
     return Verdict(Outcome.FAILED, elapsed, fork_ms, detail=f"the trial process ended with {how}", output=output)
 
 
@@ -247,6 +270,10 @@ class _Child:
     before: health.Inventory
     view: View
     started: float
+    need: trial_memory.Estimate
+    room: trial_memory.Allowance
+    isolation: isolate.Isolation = field(default_factory=isolate.Isolation)
+    limits: str = ""
 
 
 _CHILD: list[_Child] = []
@@ -272,7 +299,8 @@ def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any],
         if torch is not None:
             torch.set_num_threads(1)  # an OpenMP pool does not survive fork: without this, a hang
         sandbox.quiet_distributed([held.obj for held in state.before.held])
-        sandbox.install()
+        _detach(state)
+        sandbox.install(state.isolation.sealed, state.isolation.kept)
     except BaseException as error:  # noqa: BLE001 - anything here means no trial, said as such
         _send(Outcome.FAILED, detail=f"the sandbox could not be set up: {type(error).__name__}: {error}")
     try:
@@ -282,6 +310,28 @@ def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any],
     except BaseException as error:  # noqa: BLE001
         crashed(error, None)
     _send(Outcome.COMPLETED, detail=RETURNED)
+
+
+def _detach(state: _Child) -> None:
+    """Share nothing writable with the live run, and take no more memory than it can spare.
+
+    Shared memory is copied as far as the room left after the estimate allows (the rest made
+    read-only); new allocations are capped at the room less the state the trial may rewrite and
+    the copies made.
+    """
+    isolation = state.isolation
+    collecting = gc.isenabled()
+    gc.disable()  # no tensor freed, no descriptor closed under the copy's feet (`daifu.core.isolate`)
+    try:
+        isolate.detach_descriptors((0, 1, 2), isolation)
+        isolate.detach_memory(state.room.bytes - state.need.total, isolation)
+    finally:
+        if collecting:
+            gc.enable()
+    isolate.stop_on_write(isolation.read_only,
+                          lambda effect: _send(Outcome.STOPPED_AT_EFFECT, detail=effect, reached=_stack_reached()))
+    copied = sum(region.size for region in isolation.copied)
+    state.limits = trial_memory.limit(state.room.bytes - state.need.rewritten - copied)
 
 
 def iteration_over(frame: FrameType) -> None:
@@ -339,6 +389,18 @@ def _reached(error: BaseException, limit: int = 40) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))[:limit]
 
 
+def _stack_reached(limit: int = 40) -> tuple[str, ...]:
+    """`_reached` for an effect stopped where no exception is raised (a write to read-only shared
+    memory): the places outside the libraries and DaiFu on the stack now, outermost first."""
+    found: list[str] = []
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if _own(frame.f_code.co_filename):
+            found.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+        frame = frame.f_back
+    return tuple(dict.fromkeys(reversed(found)))[:limit]
+
+
 def _refused_by_sandbox(error: BaseException) -> bool:
     """Whether `error` itself (not its chain) is the seccomp filter's refusal."""
     try:
@@ -354,10 +416,14 @@ def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType 
     try:
         child = _CHILD[0]
         seconds = time.perf_counter() - child.started
+        peak = trial_memory.peak()
         found = health.examine(child.before, child.view(frame))
         verdict = Verdict(
             outcome, seconds, 0.0, detail, where, tuple(found.spoilt), tuple(found.nonfinite),
-            tuple(found.discarded), found.losses_before, found.losses_after, reached=reached,
+            tuple(found.discarded), found.losses_before, found.losses_after, peak_bytes=peak,
+            shared_memory=child.isolation.shared_memory(),
+            isolated="; ".join(part for part in (child.isolation.describe(), child.limits) if part),
+            reached=reached,
         )
         os.write(0, json.dumps(verdict.to_data(), default=str).encode())
     except BaseException as error:  # noqa: BLE001 - a verdict that cannot be read is a failed trial

@@ -91,7 +91,7 @@ from daifu.decide.allowlist_tables import (
     STRING_METHODS,
     VALUES,
 )
-from daifu.decide.suggestions import Verdict
+from daifu.decide.suggestions import CheckResult
 
 __all__ = [
     "BUILTINS",
@@ -129,7 +129,7 @@ class SuggestionLike(Protocol):
     def target(self) -> str | None: ...
 
 
-def check_suggestion(suggestion: SuggestionLike, context: Context, code: str | None = None) -> Verdict:
+def check_suggestion(suggestion: SuggestionLike, context: Context, code: str | None = None) -> CheckResult:
     """Whether `suggestion` may be applied without a person; `code` overrides its code (a restored surgery)."""
     text = suggestion.code if code is None else code
     if suggestion.kind == "surgery":
@@ -138,52 +138,52 @@ def check_suggestion(suggestion: SuggestionLike, context: Context, code: str | N
         return check_patch_safety(text, suggestion.target or "", context)
     if suggestion.kind == "action":
         return check_safety(text, context)
-    return Verdict()
+    return CheckResult()
 
 
-def check_safety(code: str, context: Context | None = None) -> Verdict:
+def check_safety(code: str, context: Context | None = None) -> CheckResult:
     """Whether action `code` stays inside the allowlisted language (module docstring) in `context`."""
     tree = parse_code(code, "the action")
     if isinstance(tree, str):
-        return Verdict((tree,))
+        return CheckResult((tree,))
     context = context or Context()
-    verdict = _verdict(tree.body, context, deletable=_stores(tree.body), parameters=frozenset(), first_lineno=None)
+    checked = _verdict(tree.body, context, deletable=_stores(tree.body), parameters=frozenset(), first_lineno=None)
     running = parse_code(context.source, "the function") if context.source else None
     if isinstance(running, str) or running is None:
-        return verdict
+        return checked
     aimed = _aimed(running, tree.body, context, context.first_lineno, "the action")
-    return Verdict(verdict.reasons + aimed)
+    return CheckResult(checked.reasons + aimed)
 
 
-def check_surgery_safety(source: str, context: Context) -> Verdict:
+def check_surgery_safety(source: str, context: Context) -> CheckResult:
     """Whether a surgery's new `def` changes only body statements, and those stay inside the allowlist."""
     return _check_def(source, context.source, context, "the surgery")
 
 
-def check_patch_safety(source: str, target: str, context: Context) -> Verdict:
+def check_patch_safety(source: str, target: str, context: Context) -> CheckResult:
     """Whether a `patch_function` reaches a user function on the stack and changes it as a surgery may."""
     callee = context.callees.get(target)
     if callee is None:
-        return Verdict((f"its target {target!r} is not a user function on the crash's stack",))
+        return CheckResult((f"its target {target!r} is not a user function on the crash's stack",))
     return _check_def(source, callee.source, callee, "the patch")
 
 
-def _check_def(source: str, running: str, context: Context, what: str) -> Verdict:
+def _check_def(source: str, running: str, context: Context, what: str) -> CheckResult:
     new = _one_def(source, what, context.first_lineno)
     if isinstance(new, str):
-        return Verdict((new,))
+        return CheckResult((new,))
     old = _one_def(running, "the running function") if running else None
     old_def = old if isinstance(old, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
     line = f"line {context.first_lineno + new.lineno - 1}"
     if old_def is not None and _header(old_def) != _header(new):
-        return Verdict(
+        return CheckResult(
             (
                 f"{line}: {what} changes the def line (name, decorators, parameters, defaults or "
                 "annotations); only its body may change without a person",
             )
         )
     if isinstance(new, ast.AsyncFunctionDef):
-        return Verdict((f"{line}: an async function cannot be changed without a person",))
+        return CheckResult((f"{line}: an async function cannot be changed without a person",))
     changes = list(_changes(old_def.body if old_def else [], new.body))
     changed = [_header_only(statement) if header_changed else statement for statement, header_changed in changes]
     parameters = frozenset(
@@ -193,11 +193,11 @@ def _check_def(source: str, running: str, context: Context, what: str) -> Verdic
         for a in ast.walk(d.args)
         if isinstance(a, ast.arg)
     )
-    verdict = _verdict(changed, context, deletable=_stores(new.body), parameters=parameters,
+    checked = _verdict(changed, context, deletable=_stores(new.body), parameters=parameters,
                        first_lineno=context.first_lineno)
     run_by_headers = _run_by_changed_headers(changes, changed, context)
     aimed = _aimed(new, changed, context, context.first_lineno, "the change", skip=set(run_by_headers))
-    return Verdict(verdict.reasons + tuple(run_by_headers.values()) + aimed)
+    return CheckResult(checked.reasons + tuple(run_by_headers.values()) + aimed)
 
 
 def changed_lines(running: str, source: str) -> frozenset[int]:
@@ -254,14 +254,14 @@ def _verdict(
     deletable: frozenset[str],
     parameters: frozenset[str],
     first_lineno: int | None,
-) -> Verdict:
+) -> CheckResult:
     checker = Checker(context, statements, deletable, parameters, first_lineno)
     try:
         for statement in statements:
             checker.statement(statement)
     except RecursionError:
         checker.refuse(statements[0] if statements else None, "the code is nested too deeply to check")
-    return Verdict(tuple(dict.fromkeys(checker.reasons)))
+    return CheckResult(tuple(dict.fromkeys(checker.reasons)))
 
 
 def _run_by_changed_headers(

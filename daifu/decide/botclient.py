@@ -5,24 +5,32 @@ reached, answers badly, passes the call's deadline or sends more than `MAX_REPLY
 answer comes from the embedded rules engine instead, with a warning that names the URL and what
 happened. The deadline is one wall-clock bound over the whole call (connecting, sending, waiting,
 reading): a bot trickling a byte every few seconds is cut at it, which per-read timeouts never do.
+The token, the errors and the route are the service client's (`daifu.decide.transport`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from pydantic import ValidationError
 
+from daifu.decide import transport
+from daifu.decide.transport import BadReply, DeadlineExceeded, ErrorStatus, ReplyTooLarge, ServiceFailed
 from daifu.say import say
-from repairbot.protocol import CrashReport
-from repairbot.protocol import Diagnosis, Exchange, SuggestResponse, Suggestion, Transcript
+from repairbot.protocol import (
+    SUGGEST_ROUTE,
+    CrashReport,
+    CrashRequest,
+    Diagnosis,
+    Exchange,
+    SuggestResponse,
+    Suggestion,
+    Transcript,
+)
 
 DEFAULT_DEADLINE = 45.0
 MAX_REPLY_BYTES = 4 * 2**20
@@ -50,30 +58,6 @@ class BotAnswer:
     notes: list[str] = field(default_factory=list)
 
 
-class BotCallFailed(Exception):
-    """The repair bot's answer could not be used; the message says why, in a few words."""
-
-
-class Unreachable(BotCallFailed):
-    """No HTTP exchange with the server: refused, reset, a name that does not resolve..."""
-
-
-class DeadlineExceeded(BotCallFailed):
-    """The whole call took longer than its deadline."""
-
-
-class ReplyTooLarge(BotCallFailed):
-    """The reply declared, or sent, more bytes than the client reads."""
-
-
-class ErrorStatus(BotCallFailed):
-    """The server answered with an HTTP error status."""
-
-
-class BadReply(BotCallFailed):
-    """The reply is not the protocol's JSON."""
-
-
 def ask_bot(
     report: CrashReport,
     url: str | None,
@@ -93,7 +77,7 @@ def ask_bot(
         return _in_process(report, question)
     try:
         reply = call_bot(report, url, deadline, max_reply, question=question, conversation=conversation)
-    except BotCallFailed as error:
+    except ServiceFailed as error:
         warning = f"The repair bot at {url} failed ({error}); using the embedded rules engine instead."
         say(warning)
         answer = _in_process(report, question)
@@ -120,7 +104,7 @@ def call_bot(
     question: str | None = None,
     conversation: Sequence[Exchange] = (),
 ) -> SuggestResponse:
-    """The server's suggestions for `report`, within `deadline` seconds; raises `BotCallFailed`.
+    """The server's suggestions for `report`, within `deadline` seconds; raises `transport.ServiceFailed`.
 
     The call runs on an event loop of its own in a short-lived thread, so that cancelling it at the
     deadline stops it wherever it is (connecting, sending, waiting for headers, reading the body),
@@ -151,36 +135,31 @@ async def _call_within(request: bytes, url: str, deadline: float, max_reply: int
         body = await asyncio.wait_for(_post(request, url, deadline, max_reply), deadline)
     except asyncio.TimeoutError:
         raise DeadlineExceeded(f"no complete answer within the {deadline:g} s deadline") from None
-    try:
-        return SuggestResponse.model_validate_json(body)
-    except ValidationError as error:
-        raise BadReply(f"the reply does not follow the protocol: {error.error_count()} errors") from error
+    return transport.parsed(SuggestResponse, body)
 
 
 async def _post(request: bytes, url: str, deadline: float, max_reply: int) -> bytes:
     """The reply's body, read as it streams in and refused as soon as it passes `max_reply` bytes.
 
-    Transport errors become `BotCallFailed`s, the cause kept (as httpx's `map_httpcore_exceptions`
-    does for httpcore's): callers handle one family of errors, whose messages say what happened.
+    Transport errors become `transport.ServiceFailed`s, the cause kept (as httpx's
+    `map_httpcore_exceptions` does for httpcore's): callers handle one family of errors, whose
+    messages say what happened.
     """
-    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-    if token := os.environ.get("DAIFU_REPAIRBOT_TOKEN"):
-        headers["Authorization"] = f"Bearer {token}"
+    headers = {**transport.headers(json_body=True), "Accept-Encoding": "identity"}
     try:
         async with httpx.AsyncClient(timeout=deadline) as client:
-            endpoint = f"{url.rstrip('/')}/v1/suggest"
+            endpoint = f"{url.rstrip('/')}{SUGGEST_ROUTE}"
             async with client.stream("POST", endpoint, content=request, headers=headers) as response:
                 return await _read(response, max_reply)
     except httpx.TimeoutException as error:
         raise DeadlineExceeded(f"no complete answer within the {deadline:g} s deadline") from error
     except httpx.HTTPError as error:
-        raise Unreachable(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__) from error
+        raise transport.unreachable(error) from error
 
 
 async def _read(response: httpx.Response, max_reply: int) -> bytes:
     if response.status_code >= 400:
-        detail = await _error_detail(response)
-        raise ErrorStatus(f"HTTP {response.status_code}" + (f": {detail}" if detail else ""))
+        raise ErrorStatus(response.status_code, await _error_detail(response))
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_reply:
         raise ReplyTooLarge(f"the reply declares {int(declared)} bytes; at most {max_reply} are read")
@@ -195,33 +174,28 @@ async def _read(response: httpx.Response, max_reply: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _error_detail(response: httpx.Response, limit: int = 2048) -> str:
-    """What the server said about its error status (its `message` or `detail`), from the first `limit` bytes."""
+async def _error_detail(response: httpx.Response) -> str:
+    """What the server said about its error status (`transport.error_detail`), read no further than needed."""
     head = b""
     async for chunk in response.aiter_raw():
         head += chunk
-        if len(head) >= limit:
-            return ""  # longer than any error of ours: not worth quoting
-    try:
-        said = json.loads(head)
-    except ValueError:
-        return ""
-    text = said.get("message") or said.get("detail") if isinstance(said, dict) else None
-    return text[:300] if isinstance(text, str) else ""
+        if len(head) > transport.MAX_DETAIL_BYTES:
+            break  # longer than any error of ours: not worth quoting
+    return transport.error_detail(head)
 
 
 def _body(report: CrashReport, deadline: float, question: str | None, conversation: Sequence[Exchange]) -> bytes:
-    """The request: the report, the deadline, and a question with its conversation only when there is one."""
-    asked = ""
-    if question:
-        asked += f', "question": {json.dumps(question)}'
-    if conversation:
-        asked += ', "conversation": [' + ", ".join(e.model_dump_json() for e in conversation) + "]"
-    return ('{"report": ' + report.model_dump_json() + f', "deadline_s": {json.dumps(deadline)}{asked}}}').encode()
+    """The request (`CrashRequest`): the report, the deadline, and a question with its conversation only
+    when there is one. Sent as given: the service checks it (a deadline past its bounds is its 422)."""
+    request = CrashRequest.model_construct(report=report, deadline_s=deadline, question=question or None,
+                                           conversation=list(conversation))
+    given = {"question": question, "conversation": conversation}
+    left_out = {"backend"} | {name for name, value in given.items() if not value}
+    return request.model_dump_json(exclude=left_out).encode()
 
 
 def _in_process(report: CrashReport, question: str | None = None) -> BotAnswer:
-    from repairbot.backends import RulesBackend  # the rules engine is only loaded when a crash needs it
+    from repairbot.backends.rules import RulesBackend  # the rules engine is only loaded when a crash needs it
 
     answer = RulesBackend().suggest(report, question=question)
     return BotAnswer(

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daifu.core import decisions
+from daifu.core import kinds
 from daifu.store import record
 from daifu.store import workspace
 from daifu.core.crash import Crash
-from daifu.core.decisions import Decision
+from daifu.core.decisions import BadDecision, Decision
 from daifu.say import say
 from daifu.state import RUN
 
@@ -48,7 +48,7 @@ def save(crash: Crash, number: int, taken: list[Decision]) -> Path:
         "statement": crash.statement,
         "exception_type": crash.exception_type,
         "exception_repr": repr(crash.exception),
-        "plays": [decisions.to_data(decision) for decision in taken],
+        "plays": [kinds.to_data(decision) for decision in taken],
         "pid": os.getpid(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -72,8 +72,8 @@ def lookup(crash: Crash) -> Match | None:
         if not isinstance(stored, list) or len(crash.tried) >= len(stored):
             return None
         try:
-            return Match(decisions.from_data(stored[len(crash.tried)]), path)
-        except decisions.BadDecision as bad:
+            return Match(kinds.from_data(stored[len(crash.tried)]), path)
+        except BadDecision as bad:
             _warn_once(path, str(bad))
     return None
 
@@ -83,7 +83,7 @@ def decide(crash: Crash) -> Decision | None:
     match = lookup(crash)
     if match is None:
         return None
-    play = decisions.play_name(match.decision)
+    play = kinds.play_name(match.decision)
     say(f"{crash.exception_type} at {crash.filename}:{crash.lineno}: applying {play} from the broadcast {match.path}")
     record.note(f"Repair {record.current_number()}: {play} applied from the broadcast {match.path}")
     return match.decision

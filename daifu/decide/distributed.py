@@ -32,10 +32,12 @@ import time
 from typing import Any
 from collections.abc import Callable
 
+from daifu.config import Settings
+from daifu.core import kinds
 from daifu.core.crash import Crash
-from daifu.core import decisions
 from daifu.core.decisions import Decision, Raise
-from daifu.decide.chain import DecidedBy
+from daifu.core.handling import RepairContext
+from daifu.decide.contract import DecidedBy
 from daifu.ranks import leader
 from daifu.say import say
 from daifu.state import RUN
@@ -51,13 +53,13 @@ def _seconds(variable: str, default: float) -> float:
 
 
 def encode(decision: Decision) -> str:
-    """A decision as JSON (`daifu.core.decisions.to_data`). Decoding one never runs code."""
-    return json.dumps(decisions.to_data(decision))
+    """A decision as JSON (`daifu.core.kinds.to_data`). Decoding one never runs code."""
+    return json.dumps(kinds.to_data(decision))
 
 
 def decode(text: str | bytes) -> Decision:
     """The decision `encode` wrote."""
-    return decisions.from_data(json.loads(text))
+    return kinds.from_data(json.loads(text))
 
 
 def _key(crash: Crash) -> str:
@@ -69,7 +71,7 @@ def _key(crash: Crash) -> str:
 
 
 def coordinate(
-    crash: Crash, decide_here: Callable[[Crash, bool], tuple[Decision, DecidedBy]]
+    crash: Crash, context: RepairContext, decide_here: Callable[[Crash, bool], tuple[Decision, DecidedBy]]
 ) -> tuple[Decision, DecidedBy]:
     """The decision for `crash`, shared with the ranks that meet the same crash.
 
@@ -85,18 +87,16 @@ def coordinate(
         return decision, decided_by
     if not _wait_for(store, f"{key}/deciding", _seconds("DAIFU_DIST_GRACE", 5.0)):
         return decide_here(crash, False)
-    if not _wait_for(store, f"{key}/decision", _seconds("DAIFU_DIST_DECISION_TIMEOUT", _decision_timeout())):
+    waiting = _seconds("DAIFU_DIST_DECISION_TIMEOUT", _decision_timeout(context.settings))
+    if not _wait_for(store, f"{key}/decision", waiting):
         say(f"rank {leader()} took no decision on {crash.exception_type} at {crash.filename}:{crash.lineno} in time")
         return Raise(), DecidedBy.LEADER
     return decode(store.get(f"{key}/decision")), DecidedBy.LEADER
 
 
-def _decision_timeout() -> float:
+def _decision_timeout(settings: Settings) -> float:
     """How long a rank waits for the leader's decision by default: 1800 s, or, when a person decides
     in a browser (`approve="remote"`), as long as the leader may wait for them, and ten minutes more."""
-    from daifu import config
-
-    settings = config.settings()
     return max(1800.0, settings.remote_deadline + 600.0) if settings.approve == "remote" else 1800.0
 
 

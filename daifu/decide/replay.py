@@ -29,28 +29,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from daifu import config
-from daifu.core import decisions
+from daifu.core import kinds
 from daifu.say import say
 from daifu.state import RUN
 from daifu.store import record, repairs
 from daifu.store import workspace
 from daifu.config import Settings
 from daifu.core.crash import Crash
-from daifu.core.decisions import Decision
+from daifu.core.decisions import BadDecision, Decision, Plays, Retry
 
 
 @dataclass(frozen=True)
 class Step:
     """One recorded repair: its number N, its plays, and where it happened when the record says.
 
-    `stored` is the decision as `repairs.jsonl` stored it (`decisions.to_data`), written with plays
-    `version`; `None` for the prototype's format, whose code lives in the workspace files.
+    `stored` is the `repairs.jsonl` entry that records it (`daifu.core.kinds.from_row` reads it); `None`
+    for the prototype's format, whose code lives in the workspace files.
     """
 
     number: int
     names: tuple[str, ...]
     stored: dict[str, Any] | None = None
-    version: int = decisions.PLAYS_VERSION
     function: str | None = None
     line: int | None = None
     exception_type: str | None = None
@@ -68,21 +67,21 @@ class Step:
         )
 
     def decision(self, crash: Crash) -> Decision:
-        """This step as one decision; `decisions.BadDecision` or `OSError` when it cannot be read."""
+        """This step as one decision; `BadDecision` or `OSError` when it cannot be read."""
         if self.stored is not None:
-            return decisions.from_data(self.stored, self.version)
+            return kinds.from_row(self.stored)
         plays = [self._play(name, crash) for name in self.names]
         if len(plays) > 1:
-            plays = [play for play in plays if not isinstance(play, decisions.Retry)] or [decisions.Retry()]
-        return plays[0] if len(plays) == 1 else decisions.Plays(tuple(plays))  # type: ignore[arg-type]
+            plays = [play for play in plays if not isinstance(play, Retry)] or [Retry()]
+        return plays[0] if len(plays) == 1 else Plays(tuple(plays))  # type: ignore[arg-type]
 
     def _play(self, name: str, crash: Crash) -> Decision:
         if name not in ("Surgery", "Action"):
-            return decisions.from_play(name, None)
+            return kinds.from_play(name, None)
         path = (workspace.surgery_file if name == "Surgery" else workspace.action_file)(
             self.number, crash.function_name
         )
-        return decisions.from_play(name, path.read_text(encoding="utf-8"))
+        return kinds.from_play(name, path.read_text(encoding="utf-8"))
 
 
 class Stopped(Exception):
@@ -110,7 +109,7 @@ class Replay:
             raise Stopped(f"repair {step.number} does not match: {mismatch}")
         try:
             return step.decision(crash)
-        except (decisions.BadDecision, OSError) as error:
+        except (BadDecision, OSError) as error:
             raise Stopped(f"repair {step.number} cannot be replayed: {error}") from None
 
 
@@ -130,7 +129,7 @@ def decide(crash: Crash, settings: Settings) -> Decision | None:
             _say_stopped(str(stop))
             return None
     say(
-        f"replay: {'+'.join(decisions.step_names(decision))} for {crash.exception_type} in "
+        f"replay: {'+'.join(kinds.step_names(decision))} for {crash.exception_type} in "
         f"{crash.qualname} line {crash.lineno}"
     )
     return decision
@@ -155,9 +154,9 @@ def _seed_steps(repeat: Any) -> tuple[list[Step], str]:
     steps = []
     for number, element in enumerate(repeat, 1):
         names = tuple(element) if isinstance(element, (list, tuple)) else (element,)
-        unknown = [name for name in names if name not in decisions.REPLAYABLE]
+        unknown = [name for name in names if name not in kinds.REPLAYABLE]
         if unknown or not names:
-            raise Stopped(f"REPEAT_ACTIONS[{number - 1}] is {element!r}; plays are {', '.join(decisions.REPLAYABLE)}")
+            raise Stopped(f"REPEAT_ACTIONS[{number - 1}] is {element!r}; plays are {', '.join(kinds.REPLAYABLE)}")
         steps.append(Step(number, names))
     return steps, "REPEAT_ACTIONS"
 
@@ -176,8 +175,7 @@ def _record_steps(settings: Settings) -> tuple[list[Step], str]:
         Step(
             e.get("repair", n),
             (str(e["decision"]),),
-            {"play": e["decision"], "code": e.get("code"), "target": e.get("target"), "steps": e.get("steps")},
-            e.get("plays_version", decisions.PLAYS_VERSION_1),
+            e,
             e.get("function"),
             e.get("line"),
             e.get("exception_type"),

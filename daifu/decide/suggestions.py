@@ -13,12 +13,13 @@ import textwrap
 from dataclasses import dataclass
 from collections.abc import Collection
 
+from daifu.core.source import parse_function
 from daifu.core.surgery import outside_block, refusals
 from repairbot.protocol import FunctionInfo
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CheckResult:
     """Whether a suggestion passed, and if not, every reason why."""
 
     reasons: tuple[str, ...] = ()
@@ -34,18 +35,18 @@ class Verdict:
         return "ok" if self.ok else "; ".join(self.reasons)
 
 
-def check_action(code: str) -> Verdict:
+def check_action(code: str) -> CheckResult:
     """An action must compile as statements."""
     try:
         compile(code, "<daifu action>", "exec", dont_inherit=True)
     except SyntaxError as error:
-        return Verdict((f"the action does not compile: {error.msg} (line {error.lineno})",))
-    return Verdict()
+        return CheckResult((f"the action does not compile: {error.msg} (line {error.lineno} of the action)",))
+    return CheckResult()
 
 
 def check_surgery(
     source: str, function: FunctionInfo, *, names: Collection[str] | None = None, allow_wide: bool = False
-) -> Verdict:
+) -> CheckResult:
     """Whether a surgery of the function a report describes would be accepted: the runtime's own rule
     (`daifu.core.surgery.refusals`), and, unless `allow_wide`, a change only inside the block that crashed.
 
@@ -54,10 +55,10 @@ def check_surgery(
     """
     known = names if names is not None else _outside_names(source)
     reasons = refusals(function.source, function.first_lineno, function.filename, source, function.lineno, known)
-    if not allow_wide and not reasons:
-        old, new = ast.parse(textwrap.dedent(function.source)), ast.parse(textwrap.dedent(source))
-        reasons += outside_block(old.body[0], new.body[0], function.lineno - function.first_lineno + 1)
-    return Verdict(tuple(reasons))
+    if not allow_wide and not reasons:  # both parse (`refusals` says so), with the file's lines
+        old, new = parse_function(function.source, function.first_lineno), parse_function(source, function.first_lineno)
+        reasons += outside_block(old, new, function.lineno)
+    return CheckResult(tuple(reasons))
 
 
 def _outside_names(source: str) -> set[str]:

@@ -22,6 +22,7 @@ from typing import Any
 from daifu.core import health
 from daifu.core.crash import Crash
 from daifu.core.decisions import Action, Decision, Plays, Retry, Skip, Surgery
+from daifu.core.names import bound_names
 from daifu.say import say
 from daifu.state import RUN
 from daifu.store import record
@@ -75,10 +76,10 @@ class Watch:
 
 
 def start(crash: Crash, number: int, decision: Decision) -> Watch:
-    """Watch the iterations after the automatic repair of `crash` (repair `number`, `decision`)."""
+    """Watch the iterations after the automatic repair of `crash` (repair `number`, `decision`): the
+    runtime calls the watch returned at the start of each (`RepairContext.watch`)."""
     watch = Watch(crash, number, decision)
     RUN.watches[crash.qualname] = watch
-    crash.watch = watch
     return watch
 
 
@@ -123,13 +124,9 @@ def _bound(code: str) -> frozenset[str] | None:
         tree = ast.parse(code)
     except SyntaxError:
         return None
-    names: set[str] = set()
+    names = bound_names(tree, nested=True)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-        elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
             base: ast.expr = node
             while isinstance(base, (ast.Attribute, ast.Subscript)):
                 base = base.value

@@ -33,14 +33,18 @@ from repairbot.protocol import (
     Variable,
     fingerprint,
 )
-from daifu.core.bounded import describe
-from daifu.report.redact import redact, scrub, secret_environment, secret_values
+from daifu.core.bounded import budget, describe
+from daifu.report.redact import known_secrets, redact, scrub, secret_environment, secret_values
 from daifu.report.summary import Summary, summarize_namespace, truncate
 
 MAX_REPORT_BYTES = 256 * 1024
+DESCRIBE_SECONDS = 5.0
+"""The time all the user code a report runs (`repr`, `str`, `len` of live values) may take together:
+past it, the values not yet described are `<repr timed out>`, so a crash is never held for longer."""
 _MAX_CAUSES = 5
 _MAX_MESSAGE = 4000
 _MAX_CALLEE_SOURCE = 8000
+_MAX_NAME = 200
 
 
 def function_info(crash: Crash) -> FunctionInfo:
@@ -61,19 +65,29 @@ def build_report(crash: Crash) -> CrashReport:
     """The report of `crash`, bounded to `MAX_REPORT_BYTES` of JSON, with no secret the crash holds.
 
     The live values are summarised once (a user's `__repr__` may be slow) and shared by the
-    report's variables and its first frame.
+    report's variables and its first frame; all the user code that describing them runs gets
+    `DESCRIBE_SECONDS` together, each call abandoned at its own deadline (`daifu.core.bounded`).
+    The crash's secrets are known before any text is made (`known_secrets`), so each text is redacted
+    of them, in every form, before it is cut to its bound; the whole report is scrubbed once more.
     """
-    summaries = _variables(summarize_namespace(crash.locals))
-    report = CrashReport(
-        exception=_exception_info(crash.exception),
-        function=_shown(function_info(crash)),
-        frames=_frames(crash, summaries),
-        variables=summaries,
-        environment=environment(),
-        tried=[Attempt(decision=truncate(redact(d), 2000), outcome=truncate(redact(o), 500)) for d, o in crash.tried],
-        attempt=crash.attempt,
-    )
-    return bound(_scrubbed(report, _secrets_of(crash)))
+    secrets = _secrets_of(crash)
+    with known_secrets(secrets):
+        with budget(DESCRIBE_SECONDS):
+            summaries = _variables(summarize_namespace(crash.locals))
+            exception = _exception_info(crash.exception)
+            frames = _frames(crash, summaries)
+        report = CrashReport(
+            exception=exception,
+            function=_shown(function_info(crash)),
+            frames=frames,
+            variables=summaries,
+            environment=environment(),
+            tried=[
+                Attempt(decision=truncate(redact(d), 2000), outcome=truncate(redact(o), 500)) for d, o in crash.tried
+            ],
+            attempt=crash.attempt,
+        )
+    return bound(_scrubbed(report, secrets))
 
 
 def _secrets_of(crash: Crash) -> set[str]:
@@ -138,10 +152,18 @@ def _device(torch: Any, index: int) -> Device:
 
 
 def _exception_info(error: BaseException) -> ExceptionInfo:
-    cls = type(error)
     return ExceptionInfo(
-        type=cls.__qualname__, module=cls.__module__, message=_message(error), chain=list(_chain(error))
+        type=_class_name(error), module=_module_name(error), message=_message(error), chain=list(_chain(error))
     )
+
+
+def _class_name(error: BaseException) -> str:
+    """The exception's class name, redacted and bounded: code can make a class of any name."""
+    return truncate(redact(str(type(error).__qualname__)), _MAX_NAME)
+
+
+def _module_name(error: BaseException) -> str:
+    return truncate(redact(str(type(error).__module__)), _MAX_NAME)
 
 
 def _message(error: BaseException) -> str:
@@ -168,7 +190,7 @@ def _chain(error: BaseException) -> Iterator[ChainedException]:
         if id(nxt) in seen:
             return
         seen.add(id(nxt))
-        yield ChainedException(relation=relation, type=type(nxt).__qualname__, message=_message(nxt))
+        yield ChainedException(relation=relation, type=_class_name(nxt), message=_message(nxt))
         current = nxt
 
 
@@ -225,7 +247,7 @@ def _frame(frame: FrameType, lineno: int, values: Any, *, callee: bool, filename
         code=redact(_line(name, lineno, frame), code=True),
         locals=_variables(summarize_namespace(values)),
     )
-    if callee and not result.library:
+    if callee and not result.library and result.own_def:  # a comprehension's source is its function's
         result.source, result.first_lineno = _callee_source(frame)
     return result
 

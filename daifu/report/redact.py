@@ -12,12 +12,19 @@ replaces each secret it recognises by `<redacted:kind>` and keeps the rest reada
 - context: `Bearer`/`Basic`/`Token` credentials, `Authorization:` headers, passwords in URLs
   (`scheme://user:pw@host`), and the value given to a secret-looking key (`api_key=...`,
   `"password": "..."`, `token: ...`); in code only string literals count as such values;
+- the same key shapes written backwards, or inside a hex or base64 word;
 - high-entropy words (20+ characters, mixed classes, 3.5+ bits per character) a few characters after
-  a secret-looking word ("invalid secret: 9fQ..."), and the value of every environment variable whose
-  name looks secret, wherever it appears;
+  a secret-looking word ("invalid secret: 9fQ..."), and the environment's secrets (the value of every
+  variable whose name looks secret, every key of a known shape a variable holds), wherever they appear;
 - the values the crash itself marks as secret (`secret_values`: what its variables and dicts hold
-  under secret-looking names, what its source assigns to them), wherever else they appear (`scrub`):
-  an exception message that quotes a password without saying so.
+  under secret-looking names, what its source assigns to them, any key of a known shape they hold),
+  wherever else they appear (`scrub`, `known_secrets`): an exception message that quotes a password
+  without saying so.
+
+A secret known by value — the environment's, the crash's — is found in every form that
+`daifu.report.secret_forms` derives: reversed, hex, base64, and in pieces of eight characters or more
+(two halves in two fields, or joined with a separator), so code that stores it disguised in the program's
+state does not carry it out in the next report.
 
 A replacement keeps the lines of what it replaces (a PEM block becomes a placeholder on each of its
 lines), so line numbers in redacted source still point at the same statements; `restore_lines` puts
@@ -27,16 +34,20 @@ back the original of the lines a repair kept, where that can be told unambiguous
 from __future__ import annotations
 
 import ast
+import contextvars
 import functools
+import itertools
 import math
 import os
 import re
 import textwrap
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from daifu.environ import EnvironmentMemo
+from daifu.report.secret_forms import decoded, hide
 
 PLACEHOLDER = "<redacted:{}>"
 _MAX_TEXT = 256 * 1024
@@ -103,7 +114,7 @@ def _scheme(m: re.Match[str]) -> str:
     return _group("bearer", 2)(m)
 
 
-_FORMATS: list[tuple[tuple[str, ...], Callable[[], re.Pattern[str]], Replacer]] = [
+_SHAPES: list[tuple[tuple[str, ...], Callable[[], re.Pattern[str]], Replacer]] = [
     (("sk-ant-",), _lazy(r"\bsk-ant-[A-Za-z0-9_\-]{16,}"), _whole("anthropic-key")),
     (("sk-",), _lazy(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"), _whole("openai-key")),
     (
@@ -122,6 +133,11 @@ _FORMATS: list[tuple[tuple[str, ...], Callable[[], re.Pattern[str]], Replacer]] 
     (("aiza",), _lazy(r"\bAIza[0-9A-Za-z_\-]{35,40}"), _whole("google-api-key")),
     (("hf_",), _lazy(r"\bhf_[A-Za-z0-9]{30,}"), _whole("huggingface-token")),
     (("eyj",), _lazy(r"\beyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"), _whole("jwt")),
+]
+"""Secrets recognised by their own shape, in the order they are tried (`sk-ant-` before `sk-`), each
+with the lower-case fragments one of which the text must hold for the pattern to be tried at all.
+Written backwards or encoded they are still found (`_disguised_shapes`)."""
+_CONTEXTS: list[tuple[tuple[str, ...], Callable[[], re.Pattern[str]], Replacer]] = [
     (
         ("bearer", "basic", "token"),
         _lazy(r"(?i)\b(bearer|basic|token)\s+((?!<redacted)[A-Za-z0-9._~+/=\-]{8,})"),
@@ -133,8 +149,10 @@ _FORMATS: list[tuple[tuple[str, ...], Callable[[], re.Pattern[str]], Replacer]] 
         _group("password", 2),
     ),
 ]
-"""Secrets recognised by their own shape, in the order they are tried (`sk-ant-` before `sk-`), each
-with the lower-case fragments one of which the text must hold for the pattern to be tried at all."""
+"""Credentials recognised by the words around them (`Bearer ...`, `scheme://user:password@`)."""
+_FORMATS = _SHAPES + _CONTEXTS
+_ENCODED = _lazy(r"[A-Za-z0-9+/_\-]{24,}={0,2}")
+"""A word that may be hex or base64: long enough to hold a key."""
 
 _PEM_BEGIN = _lazy(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
 _KEY_ANCHORS = ("pass", "pwd", "secret", "credential", "key", "token", "auth", "bearer", "cookie", "session")
@@ -155,26 +173,51 @@ _NEAR_WORD = _lazy(
 )
 
 
-def redact(text: str, *, code: bool = False, environment: bool = True) -> str:
+def redact(text: str, *, code: bool = False) -> str:
     """`text` with every secret recognised in it replaced by `<redacted:kind>`.
 
     code: `text` is source code, where a secret-looking key's value counts only as a string literal
     (`token = tokens[i]` is not a secret; `api_key = "..."` is).
-    environment: look for the values of secret environment variables too; a caller redacting many
-    small texts (a report's summaries) leaves it to one `scrub` of the whole with `secret_environment()`.
+    The values of the environment's secrets, and those made known with `known_secrets`, are found in
+    every form `daifu.report.secret_forms` derives (reversed, encoded, in pieces).
     """
     text = _private_keys(text[:_MAX_TEXT])
     lowered = text.lower()
     for anchors, pattern, replace in _FORMATS:
         if any(anchor in lowered for anchor in anchors):
             text = pattern().sub(replace, text)
+    text = _disguised_shapes(text)
     if any(anchor in lowered for anchor in _KEY_ANCHORS):
         text = _QUOTED_VALUE().sub(_keyed, text)
         if not code:
             text = _HEADER().sub(_group("secret", 2), text)
             text = _BARE_VALUE().sub(_keyed, text)
             text = _NEAR_WORD().sub(_high_entropy, text)
-    return _environment_values(text) if environment else text
+    text = hide(text, _secrets.get(_scan_environment), PLACEHOLDER.format("environment"))
+    return hide(text, _known.get(), PLACEHOLDER.format("secret"))
+
+
+def _disguised_shapes(text: str) -> str:
+    """`text` with each key of a known shape (`_SHAPES`) written backwards, or hidden (forwards or
+    backwards) in a hex or base64 word (itself forwards or backwards), redacted."""
+    spans = [(len(text) - end, len(text) - start) for start, end in _shape_spans(text[::-1])]
+    for word in _ENCODED().finditer(text):
+        plains = [decoded(word.group()), decoded(word.group()[::-1])]
+        if any(plain is not None and (_shape_spans(plain) or _shape_spans(plain[::-1])) for plain in plains):
+            spans.append(word.span())
+    for start, end in sorted(spans, reverse=True):
+        text = text[:start] + _placeholder("disguised-key", text[start:end]) + text[end:]
+    return text
+
+
+def _shape_spans(text: str) -> list[tuple[int, int]]:
+    lowered = text.lower()
+    return [
+        match.span()
+        for anchors, pattern, _ in _SHAPES
+        if any(anchor in lowered for anchor in anchors)
+        for match in pattern().finditer(text)
+    ]
 
 
 def _private_keys(text: str) -> str:
@@ -230,7 +273,8 @@ def _entropy(word: str) -> float:
 
 
 def secret_environment() -> set[str]:
-    """The values (6+ characters) of the environment variables whose names look secret.
+    """The environment's secrets: the values (6+ characters) of the variables whose names look secret,
+    and the keys of a known shape (`_SHAPES`) that any variable holds.
 
     Every record line of a crash is redacted with them, so they are found again only when the
     environment changed (`EnvironmentMemo`: decoding and testing every variable took 30 us of a
@@ -240,29 +284,36 @@ def secret_environment() -> set[str]:
 
 
 def _scan_environment() -> frozenset[str]:
-    return frozenset(
-        value
-        for name, value in os.environ.items()
-        if len(value) >= 6 and (is_secret_key(name) or name.upper().endswith(("_KEY", "_TOKEN")))
-    )
+    found = set()
+    for name, value in os.environ.items():
+        if len(value) >= 6 and (is_secret_key(name) or name.upper().endswith(("_KEY", "_TOKEN"))):
+            found.add(value)
+        found.update(value[start:end] for start, end in _shape_spans(value))
+    return frozenset(found)
 
 
 _secrets: EnvironmentMemo[frozenset[str]] = EnvironmentMemo()
+_known: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("daifu_known_secrets", default=frozenset())
 
 
-def _environment_values(text: str) -> str:
-    for value in secret_environment():
-        if value in text:
-            text = text.replace(value, PLACEHOLDER.format("environment"))
-    return text
+@contextmanager
+def known_secrets(values: Iterable[str]) -> Iterator[None]:
+    """Inside the block, `redact` also hides `values` (a crash's own secrets, `secret_values`) in every form,
+    before any text is cut to its bound: a secret cut in two by a bound is not left half visible."""
+    token = _known.set(_known.get() | frozenset(values))
+    try:
+        yield
+    finally:
+        _known.reset(token)
 
 
 def secret_values(namespaces: Iterable[Mapping[str, Any]], sources: Iterable[str]) -> set[str]:
     """Strings a crash itself marks as secret, to be redacted wherever else they appear (`scrub`).
 
     They are the string values of secret-looking names (`is_secret_key`) in the given namespaces and of
-    secret-looking keys in the dicts those hold (two levels down), and the string literals the given
-    sources assign to secret-looking names or keys; at least 6 characters, not only digits.
+    secret-looking keys in the dicts those hold (two levels down), the keys of a known shape (`_SHAPES`)
+    in any of those strings, and the string literals the given sources assign to secret-looking names
+    or keys; at least 6 characters, not only digits.
     """
     found: set[str] = set()
     for namespace in namespaces:
@@ -274,11 +325,16 @@ def secret_values(namespaces: Iterable[Mapping[str, Any]], sources: Iterable[str
 
 
 def _secret_strings(name: Any, value: Any, depth: int) -> set[str]:
-    if isinstance(value, str):
-        return {value} if isinstance(name, str) and is_secret_key(name) else set()
-    if isinstance(value, dict) and depth > 0:
+    """The secret strings under `name`, and the keys of a known shape in any string. Types are read with
+    `type()`, dicts with `dict.items`: neither runs the value's own code (`isinstance` would read a
+    `__class__` property, which may block)."""
+    if issubclass(type(value), str):
+        text = str.__str__(value)[:_MAX_TEXT]
+        shaped = {text[start:end] for start, end in _shape_spans(text)}
+        return shaped | ({text} if issubclass(type(name), str) and is_secret_key(str.__str__(name)) else set())
+    if issubclass(type(value), dict) and depth > 0:
         found: set[str] = set()
-        for key, item in list(value.items())[:200]:
+        for key, item in itertools.islice(dict.items(value), 200):
             found |= _secret_strings(key, item, depth - 1)
         return found
     return set()
@@ -306,11 +362,9 @@ def _literal_secrets(source: str) -> set[str]:
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every occurrence of the given secret strings replaced by `<redacted:secret>`."""
-    for secret in sorted(secrets, key=len, reverse=True):  # the longest first: one may contain another
-        if secret in text:
-            text = text.replace(secret, PLACEHOLDER.format("secret"))
-    return text
+    """`text` with every form of the given secret strings (`daifu.report.secret_forms`: plain, reversed,
+    encoded, in pieces) replaced by `<redacted:secret>`."""
+    return hide(text, frozenset(secrets), PLACEHOLDER.format("secret"))
 
 
 def looks_like_environment(mapping: Mapping[Any, Any]) -> bool:

@@ -4,7 +4,7 @@ A crash report travels to the repair bot and may be shown or stored, so a summar
 whole value: a tensor is described by shape, dtype and device, a model by class and size, a
 container by length and a few items. Secrets are kept out by name (a variable called `api_key`),
 by key (a dict entry under `"Authorization"`, a copy of the environment) and by value
-(`daifu.redact`, on every text and string fact). Each summary is a short text plus a few `facts` (plain
+(`daifu.report.redact`, on every text and string fact). Each summary is a short text plus a few `facts` (plain
 JSON values) that the rules engine reads without parsing the text.
 
 PyTorch is looked at only when the user's program already imported it, so DaiFu runs without it.
@@ -23,11 +23,26 @@ from pathlib import PurePath
 from typing import Any
 from collections.abc import Mapping
 
-from daifu.core.bounded import describe
+from daifu.core.bounded import TimedOut, bounded, describe
 from daifu.report.redact import is_secret_key, looks_like_environment, redact
 
 MAX_TEXT = 300
 """Characters in one summary's text."""
+SECONDS = 1.0
+"""How long summarising one value may take: it may run the value's own code (`__repr__`, `__len__`, a
+`__class__` property), which may block; past this the value is described as `<repr timed out>`."""
+MAX_FACTS = 24
+"""Facts of one summary; more are cut, and the summary's `cut` fact says so."""
+MAX_FACT_TEXT = 200
+"""Characters of one string fact (a path, a setting, a module's name)."""
+MAX_FACT_ITEMS = 50
+"""Items of one list fact (a model's linear layers)."""
+_HYPER = 16
+"""Settings of an optimizer's param group shown (torch's own come first: an Adam has 12)."""
+_SETTING_CHARS = 40
+_KEY_CHARS = 100
+_NATIVE = frozenset({type(None), bool, int, float, complex})
+"""Types summarised without a deadline: reading them runs no user code (nor does reading a plain tensor)."""
 _SMALL_TENSOR = 1_000_000
 """Elements up to which min/max/mean and NaN counts are computed; a bigger tensor costs too much."""
 _ITEMS = 3
@@ -71,22 +86,55 @@ def redacted() -> Summary:
 
 
 def summarize(value: Any) -> Summary:
-    """A bounded summary of any value; a value whose inspection fails is described, not raised."""
+    """A bounded summary of any value; a value whose inspection fails is described, not raised, and one
+    whose inspection blocks is abandoned after `SECONDS` (`daifu.core.bounded`)."""
     try:
-        summary = _dispatch(value)
+        summary = _dispatch(value) if _native(value) else bounded(_dispatch, value, seconds=SECONDS)
+    except TimedOut:
+        summary = Summary(_type_name(value), "<repr timed out>")
     except Exception as error:  # a user object's __repr__ or property may raise anything
         summary = Summary(type(value).__name__, f"<summary failed: {type(error).__name__}>")
-    summary.text = truncate(redact(summary.text[: 4 * MAX_TEXT], environment=False))  # see `_scrubbed`
-    summary.facts = {key: _redacted_fact(fact) for key, fact in summary.facts.items()}
+    summary.type = truncate(summary.type, _KEY_CHARS)  # a class's name is whatever code gave it
+    summary.text = truncate(redact(summary.text[: 4 * MAX_TEXT]))
+    summary.facts = _bounded_facts(summary.facts)
     return summary
 
 
-def _redacted_fact(fact: Fact) -> Fact:
-    if isinstance(fact, str):
-        return redact(fact, environment=False)
-    if isinstance(fact, list):
-        return [_redacted_fact(item) for item in fact]
-    return fact
+def _bounded_facts(facts: Mapping[str, Any]) -> dict[str, Fact]:
+    """`facts` redacted and bounded — `MAX_FACTS` entries, `MAX_FACT_ITEMS` items in a list, `MAX_FACT_TEXT`
+    characters in a string — with what was cut said under `cut`: facts carry what code put in the program's
+    state (an optimizer's settings, a module's attribute names), which must not leave the process unbounded."""
+    cut: list[str] = [str(item)[:MAX_FACT_TEXT] for item in facts.get("cut", [])][:MAX_FACT_ITEMS]
+    kept = {str(key)[:_KEY_CHARS]: _bounded_fact(fact, cut, 3) for key, fact in list(facts.items())[:MAX_FACTS]}
+    if len(facts) > MAX_FACTS:
+        cut.append(f"{len(facts) - MAX_FACTS} of {len(facts)} facts")
+    if cut:
+        kept["cut"] = list(dict.fromkeys(cut))
+    return kept
+
+
+def _bounded_fact(fact: Any, cut: list[str], depth: int) -> Fact:
+    if fact is None or type(fact) in (bool, int, float):
+        return fact  # type: ignore[no-any-return]
+    if type(fact) is str:
+        if len(fact) > MAX_FACT_TEXT:
+            cut.append(f"texts over {MAX_FACT_TEXT} characters")
+        return truncate(redact(fact[: 4 * MAX_FACT_TEXT]), MAX_FACT_TEXT)
+    if type(fact) in (list, tuple) and depth > 0:
+        if len(fact) > MAX_FACT_ITEMS:
+            cut.append(f"lists over {MAX_FACT_ITEMS} items")
+        return [_bounded_fact(item, cut, depth - 1) for item in fact[:MAX_FACT_ITEMS]]
+    if type(fact) is dict and depth > 0:
+        return _bounded_facts(fact)  # type: ignore[return-value]  # a fact's own facts (an item's)
+    cut.append(f"a {type(fact).__name__} fact")
+    return f"<{type(fact).__name__}>"
+
+
+def _native(value: Any) -> bool:
+    if type(value) in _NATIVE:
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and type(value) in (torch.Tensor, torch.nn.Parameter)
 
 
 def truncate(text: str, limit: int = MAX_TEXT) -> str:
@@ -274,11 +322,33 @@ def _module(value: Any) -> Summary:
 
 
 def _optimizer(value: Any) -> Summary:
-    groups = [{k: v for k, v in group.items() if k != "params"} for group in value.param_groups]
-    hyper = {k: v for k, v in groups[0].items() if isinstance(v, (int, float, bool, str, tuple))} if groups else {}
+    """The first param group's settings, at most `_HYPER` of them (torch puts its own first): code may add
+    any entry to a group, so what is shown is bounded, and what is left out is said."""
+    groups = value.param_groups
+    entries = [(k, v) for k, v in groups[0].items() if k != "params"] if groups else []
+    shown = {str(k)[:_KEY_CHARS]: _setting(v) for k, v in entries[:_HYPER]}
     facts: dict[str, Fact] = {"class": type(value).__name__, "groups": len(groups)}
-    facts.update({k: v for k, v in hyper.items() if isinstance(v, (int, float, bool, str))})
-    return Summary(type(value).__name__, f"{type(value).__name__}({len(groups)} groups) {hyper}", facts)
+    facts.update({k: v for k, v in shown.items() if not isinstance(v, (list, str)) or _plain_text(v)})
+    text = f"{type(value).__name__}({len(groups)} groups) {{{', '.join(f'{k!r}: {v!r}' for k, v in shown.items())}}}"
+    if len(entries) > _HYPER:
+        facts["cut"] = [f"{len(entries) - _HYPER} of the {len(entries)} settings of the first param group"]
+        text += f" (+{len(entries) - _HYPER} settings not shown)"
+    return Summary(type(value).__name__, text, facts)
+
+
+def _plain_text(value: Any) -> bool:
+    return isinstance(value, str) and not value.startswith("<")
+
+
+def _setting(value: Any) -> Fact:
+    """A param group's setting as a report shows it: a number, a short string, a pair of numbers."""
+    if type(value) in (bool, int, float) or value is None:
+        return value  # type: ignore[no-any-return]
+    if type(value) is str:
+        return truncate(value, _SETTING_CHARS)
+    if type(value) is tuple and len(value) <= 4 and all(type(item) in (int, float) for item in value):
+        return list(value)
+    return f"<{_type_name(value)}>"
 
 
 def _loader(value: Any) -> Summary:

@@ -8,8 +8,9 @@ A program calls `daifu.log_metric(step, loss)` where it already prints its loss,
 
 `repairs` is how many repairs this process had recorded when the line was written, so a figure
 places each repair between the last step logged before it and the first logged after it, with no
-clock to match. `started` is when the process imported DaiFu: what a restart pays before its first
-step (imports, building the model, loading data) is measured from it. A checkpoint line has
+clock to match. `started` is when the process imported DaiFu (`daifu.IMPORTED_AT`, which the public
+`daifu.log_metric` passes down): what a restart pays before its first step (imports, building the
+model, loading data) is measured from it; `null` when a caller gives none. A checkpoint line has
 `"name": "checkpoint"` and no value. Writing never fails the run (`daifu.store.lines`); in a
 multi-rank job each rank writes `metrics.rank<N>.jsonl`.
 """
@@ -24,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import daifu
 from daifu import config, ranks
 from daifu.state import RUN
 from daifu.store.lines import LineFile, read_objects
@@ -42,24 +42,25 @@ def metrics_path() -> Path:
     return per_rank(config.settings().workspace / METRICS_FILE)
 
 
-def log_metric(step: int, value: float, name: str = "loss") -> None:
-    """Note that `name` (default: the loss) was `value` at training step `step`.
+def log_metric(step: int, value: float, name: str = "loss", started: float | None = None) -> None:
+    """Note that `name` (default: the loss) was `value` at training step `step`; `started`: when the
+    process imported DaiFu.
 
     `value` may be a number or a one-element tensor; a value that is not finite is kept as `null`
     (JSON has no NaN) so the figure shows the gap.
     """
     number = float(value)
-    _append({"step": int(step), "name": name, "value": number if math.isfinite(number) else None})
+    _append({"step": int(step), "name": name, "value": number if math.isfinite(number) else None}, started)
 
 
-def log_checkpoint(step: int) -> None:
+def log_checkpoint(step: int, started: float | None = None) -> None:
     """Note that a checkpoint holding the state of training step `step` was saved: a restart would resume there."""
-    _append({"step": int(step), "name": CHECKPOINT})
+    _append({"step": int(step), "name": CHECKPOINT}, started)
 
 
-def _append(item: dict[str, Any]) -> None:
+def _append(item: dict[str, Any], started: float | None) -> None:
     line = {"time": round(time.time(), 3), **item, "repairs": RUN.recorded, "pid": os.getpid(),
-            "rank": ranks.rank(), "started": round(daifu.IMPORTED_AT, 3)}  # fmt: skip
+            "rank": ranks.rank(), "started": round(started, 3) if started is not None else None}  # fmt: skip
     path = metrics_path().absolute()
     with _lock:
         target = _files.get(path)

@@ -46,6 +46,7 @@ from daifu.store.lines import LineFile
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from daifu.config import Settings
     from daifu.core.crash import Crash
     from daifu.core.decisions import Decision
 
@@ -233,6 +234,8 @@ class Entry:
 
     number: int
     crash: Crash
+    settings: Settings | None = None
+    """The configuration the crash is handled under: its record goes to that workspace."""
     plays: list[str] = field(default_factory=list)
     decision: Decision | None = None
     decided_by: str = ""
@@ -240,7 +243,7 @@ class Entry:
     """More facts for `repairs.jsonl` (trials and their verdicts, the bot's answer)."""
 
     def decided(self, decision: Decision, decided_by: str) -> None:
-        from daifu.core.decisions import step_names
+        from daifu.core.kinds import step_names
 
         self.decision, self.decided_by = decision, decided_by
         for name in step_names(decision):  # one line per play, as the prototype writes a list's
@@ -248,7 +251,7 @@ class Entry:
             _write("INFO", f"Repairing... {name}")
 
     def refused(self, decision: Decision, decided_by: str, reason: str) -> None:
-        from daifu.core.decisions import step_names
+        from daifu.core.kinds import step_names
 
         what = "+".join(step_names(decision))
         _write("WARNING", f"Repair {self.number}: {what} from {decided_by} refused: {reason}")
@@ -261,7 +264,7 @@ class Entry:
         composed, so only writing those two lines comes after it.
         """
         _write("INFO", f"Repair {self.number} End")
-        settings = self.crash.settings  # the configuration the crash was handled under, if it was read
+        settings = self.settings
         item, target = self._item(), repairs.repairs_path(settings.workspace if settings is not None else None)
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
         told = f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}; resumed in"
@@ -286,7 +289,8 @@ class Entry:
         return f"{crash.exception_type} at {os.path.basename(crash.filename)}:{crash.lineno} in {crash.qualname}"
 
     def _what(self) -> str:
-        from daifu.core.decisions import Plays, Surgery, code_of, play_name, step_names
+        from daifu.core.decisions import Plays, Surgery
+        from daifu.core.kinds import code_of, play_name, step_names
 
         decision = self.decision
         if decision is None:
@@ -305,7 +309,7 @@ class Entry:
 
     def _item(self) -> dict[str, Any]:
         """This repair's line of `repairs.jsonl`; its `duration_ms` is `None` until it resumes."""
-        from daifu.core.decisions import PLAYS_VERSION, code_of, play_name
+        from daifu.core.kinds import to_row
         from daifu.report.redact import redact
 
         decision = self.decision
@@ -319,10 +323,7 @@ class Entry:
             "statement": self.crash.statement,
             "exception_type": self.crash.exception_type,
             "exception_message": redact(self.crash.message),  # the record is shown and shared
-            "decision": play_name(decision) if decision is not None else "Raise",
-            "code": code_of(decision) if decision is not None else None,
-            **_decision_extras(decision),
-            "plays_version": PLAYS_VERSION,
+            **to_row(decision),
             "duration_ms": None,
             "decided_by": self.decided_by,
             "plays": self.plays,
@@ -332,20 +333,10 @@ class Entry:
         }
 
 
-def _decision_extras(decision: Decision | None) -> dict[str, Any]:
-    """What besides its play name and code a stored decision needs to be replayed."""
-    from daifu.core.decisions import Patch, Plays, to_data
-
-    if isinstance(decision, (Patch, Plays)):
-        data = to_data(decision)
-        return {key: data[key] for key in ("target", "steps") if key in data}
-    return {}
-
-
-def begin(crash: Crash) -> Entry:
-    """Start recording the repair of `crash`: writes `Repair N Begin`."""
+def begin(crash: Crash, settings: Settings | None = None) -> Entry:
+    """Start recording the repair of `crash`, handled under `settings`: writes `Repair N Begin`."""
     _file()
-    entry = Entry(RUN.next_number(), crash)
+    entry = Entry(RUN.next_number(), crash, settings)
     _current.number = entry.number
     _line("INFO", f"Repair {entry.number} Begin")
     return entry

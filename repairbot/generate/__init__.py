@@ -33,14 +33,14 @@ import itertools
 from collections.abc import Callable, Iterator
 
 from repairbot.generate import constraints, control, dtypes, graph, memory, numbers, shapes, structure
-from repairbot.generate.candidate import Candidate
-from repairbot.generate.view import Site, View, sites
+from repairbot.generate.candidate import GeneratedRepair
+from repairbot.generate.view import FunctionSite, View, sites
 from repairbot.protocol import CrashReport
 
 PER_FAMILY = 8
 """Candidates one family may propose at one site: each costs a parse, and trials are bounded anyway."""
 
-Family = Callable[[View], Iterator[Candidate | None]]
+Family = Callable[[View], Iterator[GeneratedRepair | None]]
 FAMILIES: list[tuple[Family, str]] = [
     (numbers.propose, "api_misuse"),
     (structure.propose, "api_misuse"),
@@ -54,9 +54,9 @@ FAMILIES: list[tuple[Family, str]] = [
 CATEGORIES = {family.__module__.rsplit(".", 1)[-1]: category for family, category in FAMILIES}
 
 
-def generate(report: CrashReport) -> tuple[list[Candidate], list[Site]]:
+def generate(report: CrashReport) -> tuple[list[GeneratedRepair], list[FunctionSite]]:
     """The candidates generated for `report` (unranked), and the sites they edit."""
-    found: list[Candidate] = []
+    found: list[GeneratedRepair] = []
     places = sites(report)
     for site in places:
         view = View(report, site)

@@ -33,7 +33,7 @@ _BUILTINS = frozenset(dir(builtins))
 
 
 @dataclass
-class Candidate:
+class GeneratedRepair:
     """One repair as proposed, before ranking (see the module docstring)."""
 
     kind: str
@@ -58,7 +58,7 @@ class Candidate:
                           confidence=round(max(0.05, min(confidence, 0.95)), 3), origin="rules")
 
 
-def measure(candidate: Candidate, old_source: str | None, known: set[str]) -> Candidate:
+def measure(candidate: GeneratedRepair, old_source: str | None, known: set[str]) -> GeneratedRepair:
     """`candidate` with its cost and new names worked out from its code: a surgery against the running
     source, an action as a whole; `known` are the names the crash already has (its live values)."""
     if candidate.kind in ("retry", "skip", "skip_iteration"):

@@ -17,7 +17,7 @@ import ast
 from collections.abc import Iterator
 
 from repairbot.generate import edits, make
-from repairbot.generate.candidate import Candidate
+from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "constraints"
@@ -26,7 +26,7 @@ _INTO = {"Simplex": ".softmax(-1)", "GreaterThan": ".exp()", "Positive": ".exp()
          "HalfOpenInterval": ".sigmoid()"}
 
 
-def propose(view: View) -> Iterator[Candidate | None]:
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
     found = view.says(_VIOLATION)
     if view.statement is None or not found or view.says(r"found invalid values:\s*tensor\(\[?\s*nan"):
         return

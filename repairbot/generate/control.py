@@ -23,7 +23,13 @@ import re
 from collections.abc import Iterator
 
 from repairbot.generate import edits, make
-from repairbot.generate.candidate import DROPS_ELEMENTS, REPLACES_DATA, REPLACES_NONFINITE, SKIPS_ITERATION, Candidate
+from repairbot.generate.candidate import (
+    DROPS_ELEMENTS,
+    REPLACES_DATA,
+    REPLACES_NONFINITE,
+    SKIPS_ITERATION,
+    GeneratedRepair,
+)
 from repairbot.generate.view import View
 from repairbot.signs import BUSY, MAX_RETRIES, PERMANENT_OS, TRANSIENT, TRANSIENT_TYPES, others_hold_more, wait_code
 
@@ -36,7 +42,7 @@ _WRITES = re.compile(r"(^|_)(save|savez|savetxt|savefig|dump|write|write_text|wr
                      r"($|_)|^save_")
 
 
-def propose(view: View) -> Iterator[Candidate | None]:
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
     yield from _transient(view)
     if view.statement is None:
         return
@@ -44,7 +50,7 @@ def propose(view: View) -> Iterator[Candidate | None]:
     yield from _missing_folder(view)
 
 
-def _bad_data(view: View) -> Iterator[Candidate | None]:
+def _bad_data(view: View) -> Iterator[GeneratedRepair | None]:
     if not view.in_loop():
         return
     poisoned = [n for n in view.reads if view.facts(n).get("nan") or view.facts(n).get("inf")]
@@ -64,12 +70,12 @@ def _bad_data(view: View) -> Iterator[Candidate | None]:
             yield from _dropped_rows(view, data)
     if evidence >= 0:
         where = f" (`{'`, `'.join(poisoned)}` hold NaN or Inf)" if poisoned else ""
-        yield Candidate("skip_iteration", f"This iteration's data cannot be used{where}: pass over the rest of the "
-                        "iteration and go on with the next batch.", "exceptional_data", evidence,
-                        gives_up=SKIPS_ITERATION)
+        yield GeneratedRepair("skip_iteration", f"This iteration's data cannot be used{where}: pass over the rest "
+                              "of the iteration and go on with the next batch.", "exceptional_data", evidence,
+                              gives_up=SKIPS_ITERATION)
 
 
-def _zeroed(view: View, names: list[str]) -> Iterator[Candidate | None]:
+def _zeroed(view: View, names: list[str]) -> Iterator[GeneratedRepair | None]:
     """NaN and Inf in this iteration's tensors or NumPy arrays `names` replaced by 0 where the statement reads them."""
     for name in names:
         if view.is_tensor(name):
@@ -84,7 +90,7 @@ def _zeroed(view: View, names: list[str]) -> Iterator[Candidate | None]:
                                "set to 0.", "exceptional_data", 1, gives_up=REPLACES_NONFINITE)
 
 
-def _dropped_rows(view: View, data: list[str]) -> Iterator[Candidate | None]:
+def _dropped_rows(view: View, data: list[str]) -> Iterator[GeneratedRepair | None]:
     """The rows whose id is past the bound the message gives ("Target 10 is out of bounds", "index 12 is out of
     bounds for dimension 0 with size 10") left out of this iteration's tensors the statement reads.
 
@@ -122,7 +128,7 @@ def _past_a_table(view: View, data: list[str]) -> bool:
                for n in data for size in _table_sizes(view))
 
 
-def _replace_ids(view: View) -> Iterator[Candidate | None]:
+def _replace_ids(view: View) -> Iterator[GeneratedRepair | None]:
     """Ids past the smallest embedding's rows, in this iteration's integer tensors, set to 0 (then the statement
     runs again): the batch is kept, its few bad ids become the conventional unknown id."""
     sizes = _table_sizes(view)
@@ -139,7 +145,7 @@ def _replace_ids(view: View) -> Iterator[Candidate | None]:
                           gives_up=REPLACES_DATA)
 
 
-def _transient(view: View) -> Iterator[Candidate | None]:
+def _transient(view: View) -> Iterator[GeneratedRepair | None]:
     e = view.report.exception
     plain_os = e.type in {"OSError", "IOError"} and not view.exception_types & PERMANENT_OS
     busy = view.says(BUSY) or others_hold_more(view.message)
@@ -147,7 +153,7 @@ def _transient(view: View) -> Iterator[Candidate | None]:
         return
     if not view.outermost or len(view.report.tried) >= MAX_RETRIES:
         return
-    yield Candidate("retry", "A transient fault: run the statement again.", "transient", 2, confidence=0.75)
+    yield GeneratedRepair("retry", "A transient fault: run the statement again.", "transient", 2, confidence=0.75)
     for index, seconds in enumerate(WAITS):
         wait = make.action(view, wait_code(seconds), f"Wait {seconds:g} s for the fault to pass, then run the "
                            "statement again.", "transient", 2)
@@ -156,7 +162,7 @@ def _transient(view: View) -> Iterator[Candidate | None]:
         yield wait
 
 
-def _missing_folder(view: View) -> Iterator[Candidate | None]:
+def _missing_folder(view: View) -> Iterator[GeneratedRepair | None]:
     found = view.says(r"Parent directory (.+?) does not exist")
     folder = found.group(1).rstrip(".") if found else None
     if folder is None:

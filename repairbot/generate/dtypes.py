@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from repairbot.generate import infer, make
-from repairbot.generate.candidate import Candidate
+from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "dtypes"
@@ -31,7 +31,7 @@ _MENTION = re.compile(r"\b(?:torch\.)?(" + "|".join(sorted(_WORDS, key=len, reve
 messages say `int` and `float` for Python's types, which are no dtype."""
 
 
-def propose(view: View) -> Iterator[Candidate | None]:
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
     if view.statement is None or not view.exception_types & {"RuntimeError", "TypeError", "ValueError"}:
         return
     operands = _operands(view)
@@ -89,7 +89,7 @@ def _mentioned(view: View) -> list[str]:
     return list(dict.fromkeys(_WORDS[m.group(1)] for m in _MENTION.finditer(view.message)))
 
 
-def _casts(view: View, name: str, target: str, evidence: int) -> Iterator[Candidate | None]:
+def _casts(view: View, name: str, target: str, evidence: int) -> Iterator[GeneratedRepair | None]:
     method = infer.CAST_METHODS.get(target)
     if method is None:
         return

@@ -23,8 +23,9 @@ import math
 from collections.abc import Iterator
 
 from repairbot.generate import edits, infer, make
-from repairbot.generate.candidate import Candidate
-from repairbot.generate.view import View, assigned
+from repairbot.generate.candidate import GeneratedRepair
+from repairbot.generate.view import View
+from repairbot.names import bound_names
 
 FAMILY = "graph"
 _SECOND_BACKWARD = r"backward through the graph a second time|saved tensors after they have already been freed"
@@ -33,7 +34,7 @@ _NUMPY_DEVICE = r"can't convert (cuda|mps|xpu)\S* device type tensor to numpy"
 _NOT_SCALAR = r"grad can be implicitly created only for scalar outputs"
 
 
-def propose(view: View) -> Iterator[Candidate | None]:
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
     if view.statement is None:
         return
     if view.says(_SECOND_BACKWARD):
@@ -45,7 +46,7 @@ def propose(view: View) -> Iterator[Candidate | None]:
         yield from _reduced(view)
 
 
-def _reduced(view: View) -> Iterator[Candidate | None]:
+def _reduced(view: View) -> Iterator[GeneratedRepair | None]:
     """`.mean()` on what `backward()` is called on, where it is computed, then at the call."""
     for call in make.calls(view):
         if not (isinstance(call.func, ast.Attribute) and call.func.attr == "backward") or call.args or any(
@@ -65,7 +66,7 @@ def _reduced(view: View) -> Iterator[Candidate | None]:
                            f"{said}; `backward()` needs a scalar: call it on the mean.", FAMILY, 1)
 
 
-def _carried(view: View) -> Iterator[Candidate | None]:
+def _carried(view: View) -> Iterator[GeneratedRepair | None]:
     for name in view.carried():
         facts = view.facts(name)
         items = facts.get("items") if isinstance(facts.get("items"), list) else None
@@ -89,7 +90,7 @@ def _carried(view: View) -> Iterator[Candidate | None]:
                            "within this iteration.", FAMILY, 2)
 
 
-def _to_numpy(view: View, suffix: str) -> Iterator[Candidate | None]:
+def _to_numpy(view: View, suffix: str) -> Iterator[GeneratedRepair | None]:
     receivers = [
         n.func.value for n in view.walk()
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "numpy"
@@ -144,4 +145,4 @@ def _assigned_before(view: View, name: str) -> bool:
     if found is None:
         return False
     statements, index = found
-    return any(name in assigned(node) for node in statements[:index])
+    return any(name in bound_names(node) for node in statements[:index])

@@ -5,28 +5,28 @@ from __future__ import annotations
 import ast
 
 from repairbot.generate import edits
-from repairbot.generate.candidate import Candidate
+from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 
 def changed(view: View, source: str | None, explanation: str, family: str, evidence: int = 1,
-            gives_up: str = "") -> Candidate | None:
+            gives_up: str = "") -> GeneratedRepair | None:
     """The candidate carrying a new source of the view's function: a surgery of the vaccinated
     function, or a `patch_function` of a callee; `None` when there is no new source."""
     if source is None:
         return None
     if view.outermost:
-        return Candidate("surgery", explanation, family, evidence, code=source, gives_up=gives_up)
-    return Candidate("patch_function", f"{explanation} (in {view.site.qualname})", family, evidence, code=source,
-                     target=view.site.target, gives_up=gives_up)
+        return GeneratedRepair("surgery", explanation, family, evidence, code=source, gives_up=gives_up)
+    return GeneratedRepair("patch_function", f"{explanation} (in {view.site.qualname})", family, evidence,
+                           code=source, target=view.site.target, gives_up=gives_up)
 
 
 def action(view: View, code: str, explanation: str, family: str, evidence: int = 1,
-           gives_up: str = "") -> Candidate | None:
+           gives_up: str = "") -> GeneratedRepair | None:
     """An action, which runs in the vaccinated function's frame: none from a callee's view."""
     if not view.outermost:
         return None
-    return Candidate("action", explanation, family, evidence, code=code, gives_up=gives_up)
+    return GeneratedRepair("action", explanation, family, evidence, code=code, gives_up=gives_up)
 
 
 def wrap_reads(view: View, name: str, template: str) -> str | None:

@@ -25,7 +25,7 @@ import ast
 from collections.abc import Iterator
 
 from repairbot.generate import edits, infer, make
-from repairbot.generate.candidate import Candidate
+from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 from repairbot.signs import BUSY, OOM, others_hold_more
 
@@ -33,7 +33,7 @@ FAMILY = "memory"
 CHUNKS = (2, 4, 8)
 
 
-def propose(view: View) -> Iterator[Candidate | None]:
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
     statement = view.statement
     if statement is None or not ("OutOfMemoryError" in view.exception_types or view.says(OOM)):
         return
@@ -51,7 +51,7 @@ def propose(view: View) -> Iterator[Candidate | None]:
             yield _chunked(view, statement, call, size, shape[0])
 
 
-def _chunked(view: View, statement: ast.stmt, call: ast.Call, size: int, total: int) -> Candidate | None:
+def _chunked(view: View, statement: ast.stmt, call: ast.Call, size: int, total: int) -> GeneratedRepair | None:
     """`_chunks`, with `import torch` before the statement when the function does not reach torch itself."""
     found = _chunks(view, statement, call, size, total)
     if found is None or view.uses_module("torch"):
@@ -60,7 +60,7 @@ def _chunked(view: View, statement: ast.stmt, call: ast.Call, size: int, total: 
     return found if found.code else None
 
 
-def _chunks(view: View, statement: ast.stmt, call: ast.Call, size: int, total: int) -> Candidate | None:
+def _chunks(view: View, statement: ast.stmt, call: ast.Call, size: int, total: int) -> GeneratedRepair | None:
     """The statement with `call` made on chunks of `size` rows of its first argument.
 
     No comprehension in the new code reads a local of the function (only its own variable and the

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 
 from repairbot.generate import edits, make
-from repairbot.generate.candidate import Candidate
+from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "numbers"
@@ -44,7 +44,7 @@ _CONVERT = {
 }
 
 
-def propose(view: View) -> Iterator[Candidate | None]:
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
     """Candidates for a number of the wrong kind (see the module docstring)."""
     if view.statement is None or not view.exception_types & {"TypeError", "RuntimeError", "ValueError", "IndexError"}:
         return
@@ -54,7 +54,7 @@ def propose(view: View) -> Iterator[Candidate | None]:
         yield from _float_as_int(view)
 
 
-def _float_as_int(view: View) -> Iterator[Candidate | None]:
+def _float_as_int(view: View) -> Iterator[GeneratedRepair | None]:
     divisions = [n for n in view.walk() if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)]
     for node in divisions:
         yield make.changed(view, _floor(view, node), "Use floor division: `/` always gives a float, and a size, an "
@@ -83,7 +83,7 @@ def _floor(view: View, node: ast.BinOp) -> str | None:
 # -- PyTorch's argument parser ---------------------------------------------------------------------
 
 
-def _argument_parser(view: View) -> Iterator[Candidate | None]:
+def _argument_parser(view: View) -> Iterator[GeneratedRepair | None]:
     found = view.says(_COMBINATION)
     if found:
         function, got = found.group(1), _positional(found.group(2))
@@ -114,7 +114,7 @@ def _argument_parser(view: View) -> Iterator[Candidate | None]:
 
 
 def _converted(view: View, function: str, changes: list[tuple[ast.expr, str]],
-               conversions: list[tuple[int, str, str]]) -> Candidate | None:
+               conversions: list[tuple[int, str, str]]) -> GeneratedRepair | None:
     texts = [(node, template.format(edits.text(view, node), a=edits.atom(view, node))) for node, template in changes]
     said = "; ".join(f"argument {i + 1} is {have}, it needs {_said(want)}" for i, have, want in conversions)
     return make.changed(view, edits.replace(view, texts),

@@ -4,7 +4,7 @@ The order, best first:
 
 1. every candidate that gives nothing up before any that does (dropping elements or replacing bad
    values, skipping an iteration, skipping a statement, discarding trained state — in that order);
-2. the firmer the evidence, the earlier (`Candidate.evidence`);
+2. the firmer the evidence, the earlier (`GeneratedRepair.evidence`);
 3. the smaller the edit, the earlier: syntax nodes changed, plus two for each new name;
 4. the rules' (or the family's) confidence.
 
@@ -27,10 +27,10 @@ from repairbot.generate.candidate import (
     REPLACES_NONFINITE,
     SKIPS_ITERATION,
     SKIPS_STATEMENT,
-    Candidate,
+    GeneratedRepair,
     measure,
 )
-from repairbot.generate.view import Site
+from repairbot.generate.view import FunctionSite
 from repairbot.protocol import Suggestion
 from repairbot.signs import parse
 
@@ -40,16 +40,16 @@ _GIVING_UP = {"": 0, DROPS_ELEMENTS: 1, REPLACES_DATA: 1, REPLACES_NONFINITE: 1,
 _NEW_STATE = re.compile(r"\b(?:nn|torch\.nn)\.[A-Z]\w*\(|\b(?:optim|torch\.optim)\.[A-Z]\w*\(|\.add_param_group\(")
 
 
-def from_rules(suggestion: Suggestion) -> Candidate:
+def from_rules(suggestion: Suggestion) -> GeneratedRepair:
     """A rule's suggestion as a candidate: its evidence read from its confidence."""
     evidence = 2 if suggestion.confidence >= 0.8 else 1 if suggestion.confidence >= 0.5 else 0
-    return Candidate(
+    return GeneratedRepair(
         kind=suggestion.kind, explanation=suggestion.explanation, family="rules", evidence=evidence,
         code=suggestion.code, target=suggestion.target, confidence=suggestion.confidence,
     )
 
 
-def ranked(candidates: list[Candidate], sites: list[Site]) -> list[Candidate]:
+def ranked(candidates: list[GeneratedRepair], sites: list[FunctionSite]) -> list[GeneratedRepair]:
     """`candidates` measured, labelled, ranked, each once, bounded (see the module docstring)."""
     sources = {site.target: site.source for site in sites}
     known = {name for site in sites for name in site.variables}
@@ -60,7 +60,7 @@ def ranked(candidates: list[Candidate], sites: list[Site]) -> list[Candidate]:
         candidate.gives_up = candidate.gives_up or _gives_up(candidate, sources)
         measured.append(measure(candidate, sources.get(candidate.target if candidate.kind != "action" else "-"), known))
     measured.sort(key=_key)
-    kept: list[Candidate] = []
+    kept: list[GeneratedRepair] = []
     seen: set[tuple[str, str, str | None]] = set()
     whole_defs = 0
     for candidate in measured:
@@ -78,7 +78,7 @@ def ranked(candidates: list[Candidate], sites: list[Site]) -> list[Candidate]:
     return kept
 
 
-def suggestions(kept: list[Candidate]) -> list[Suggestion]:
+def suggestions(kept: list[GeneratedRepair]) -> list[Suggestion]:
     """The ranked candidates as the protocol's suggestions, confidences non-increasing down the list."""
     suggestions = [candidate.suggestion() for candidate in kept]
     for index in range(1, len(suggestions)):
@@ -88,7 +88,7 @@ def suggestions(kept: list[Candidate]) -> list[Suggestion]:
     return suggestions
 
 
-def _key(candidate: Candidate) -> tuple[int, int, int, float]:
+def _key(candidate: GeneratedRepair) -> tuple[int, int, int, float]:
     return (
         _GIVING_UP.get(candidate.gives_up, 5),
         -candidate.evidence,
@@ -97,7 +97,7 @@ def _key(candidate: Candidate) -> tuple[int, int, int, float]:
     )
 
 
-def _gives_up(candidate: Candidate, sources: dict[str | None, str]) -> str:
+def _gives_up(candidate: GeneratedRepair, sources: dict[str | None, str]) -> str:
     """What a candidate loses, read from what it is: a skip, or code that builds a new layer or optimizer."""
     if candidate.kind == "skip_iteration":
         return SKIPS_ITERATION

@@ -33,7 +33,7 @@ import math
 from collections.abc import Iterator
 
 from repairbot.generate import edits, infer, make
-from repairbot.generate.candidate import DROPS_ELEMENTS, Candidate
+from repairbot.generate.candidate import DROPS_ELEMENTS, GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "shapes"
@@ -48,7 +48,7 @@ _STACK = r"stack expects each tensor to be equal size, but got \[([\d, ]*)\] at 
 Shape = list[int]
 
 
-def propose(view: View) -> Iterator[Candidate | None]:
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
     if view.statement is None or not view.exception_types & {"RuntimeError", "ValueError", "IndexError", "TypeError"}:
         return
     if not view.says(_SHAPE_TALK):
@@ -85,7 +85,7 @@ def _pairs(view: View) -> Iterator[tuple[ast.expr, ast.expr]]:
                     yield a, b
 
 
-def _pair(view: View, a: ast.expr, b: ast.expr) -> Iterator[Candidate | None]:
+def _pair(view: View, a: ast.expr, b: ast.expr) -> Iterator[GeneratedRepair | None]:
     """Edits of `a` that make it agree with `b`."""
     sa, sb = infer.shape(view, a), infer.shape(view, b)
     assert sa is not None and sb is not None
@@ -125,7 +125,7 @@ def _broadcasts(a: Shape, b: Shape) -> bool:
     return all(x == y or x == 1 or y == 1 for x, y in zip(reversed(a), reversed(b)))
 
 
-def _cut(view: View, a: ast.expr, b: ast.expr, sa: Shape, sb: Shape) -> Iterator[Candidate | None]:
+def _cut(view: View, a: ast.expr, b: ast.expr, sa: Shape, sb: Shape) -> Iterator[GeneratedRepair | None]:
     """`a[:n]` when `a` is a buffer made before the loop and `b` this iteration's shorter tensor."""
     if not (isinstance(a, ast.Name) and view.in_loop() and not view.assigned_in_iteration(a.id)):
         return
@@ -149,11 +149,11 @@ def _size_expression(view: View, node: ast.expr) -> str | None:
 
 
 def _edit(view: View, node: ast.expr, template: str, explanation: str, evidence: int,
-          gives_up: str = "") -> Candidate | None:
+          gives_up: str = "") -> GeneratedRepair | None:
     return make.changed(view, make.wrap_node(view, node, template), explanation, FAMILY, evidence, gives_up)
 
 
-def _view_to_reshape(view: View) -> Iterator[Candidate | None]:
+def _view_to_reshape(view: View) -> Iterator[GeneratedRepair | None]:
     for node in view.walk():
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "view":
             receiver = node.func.value
@@ -164,7 +164,7 @@ def _view_to_reshape(view: View) -> Iterator[Candidate | None]:
                                "Make the tensor contiguous before `view`.", FAMILY, 1)
 
 
-def _matmul(view: View) -> Iterator[Candidate | None]:
+def _matmul(view: View) -> Iterator[GeneratedRepair | None]:
     found = view.says(_MATMUL)
     if not found:
         return
@@ -188,7 +188,7 @@ def _matmul(view: View) -> Iterator[Candidate | None]:
                 yield _edit(view, product.right, "{a}.transpose(-2, -1)", "The right operand of `@` is transposed.", 1)
 
 
-def _missing_batch(view: View) -> Iterator[Candidate | None]:
+def _missing_batch(view: View) -> Iterator[GeneratedRepair | None]:
     """An input with one dimension fewer than what the same callee gets elsewhere: add the batch dimension."""
     fdef = view.fdef
     if fdef is None:
@@ -213,7 +213,7 @@ def _missing_batch(view: View) -> Iterator[Candidate | None]:
 
 
 
-def _inferred_size(view: View) -> Iterator[Candidate | None]:
+def _inferred_size(view: View) -> Iterator[GeneratedRepair | None]:
     """`-1` for the one size of a `view`/`reshape` that keeps it from multiplying out to the input's elements."""
     found = view.says(_INVALID_SHAPE)
     if not found:
@@ -240,7 +240,7 @@ def _inferred_size(view: View) -> Iterator[Candidate | None]:
                                    "tensor).", FAMILY, 2)
 
 
-def _expanded_entries(view: View) -> Iterator[Candidate | None]:
+def _expanded_entries(view: View) -> Iterator[GeneratedRepair | None]:
     """Each element of a `stack` expanded to the common size, when the sizes differ only where one is 1."""
     found = view.says(_STACK)
     if not found:

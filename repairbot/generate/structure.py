@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from repairbot.generate import edits, infer, make
-from repairbot.generate.candidate import Candidate
+from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "structure"
 _TUPLE_HINT = r"tuple|'bool' object|not iterable|has no attribute|must be Tensor|expected Tensor|unpack"
 
 
-def propose(view: View) -> Iterator[Candidate | None]:
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
     if view.statement is None:
         return
     if view.exception_types & {"TypeError", "AttributeError", "RuntimeError", "ValueError"}:
@@ -34,7 +34,7 @@ def propose(view: View) -> Iterator[Candidate | None]:
         yield from _list_by_key(view)
 
 
-def _tuples(view: View) -> Iterator[Candidate | None]:
+def _tuples(view: View) -> Iterator[GeneratedRepair | None]:
     for name in view.reads:
         items = _tensor_items(view, name)
         if not items or view.type_of(name) == "list":
@@ -84,7 +84,7 @@ def _partner_dtype(view: View, name: str) -> str | None:
     return None
 
 
-def _module_as_iterable(view: View) -> Iterator[Candidate | None]:
+def _module_as_iterable(view: View) -> Iterator[GeneratedRepair | None]:
     found = view.says(r"'(\w+)' object is not iterable")
     if not found:
         return
@@ -95,7 +95,7 @@ def _module_as_iterable(view: View) -> Iterator[Candidate | None]:
                                f"pass `{name}.parameters()`.", FAMILY, 2)
 
 
-def _list_by_key(view: View) -> Iterator[Candidate | None]:
+def _list_by_key(view: View) -> Iterator[GeneratedRepair | None]:
     statement = view.statement
     assert statement is not None
     keyed = [n for n in view.walk() if isinstance(n, ast.Subscript) and _is_key(view, n.slice)]

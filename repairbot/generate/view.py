@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import Any
 
 from repairbot.protocol import CrashReport, Variable
+from repairbot.names import bound_names
 from repairbot.signs import parse
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -28,7 +29,7 @@ _BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 @dataclass
-class Site:
+class FunctionSite:
     """One function a repair can change: its source as in the file, where it crashed, its live values.
 
     target: `None` for the vaccinated function (a surgery), else the `patch_function` target.
@@ -48,7 +49,7 @@ class View:
     """The crash seen from one site (see the module docstring)."""
 
     report: CrashReport
-    site: Site
+    site: FunctionSite
     parents: dict[int, tuple[ast.AST, str]] = field(default_factory=dict, repr=False)
 
     # -- the crash ------------------------------------------------------------------------------
@@ -267,7 +268,7 @@ class View:
                 return node if len(node.targets) == 1 else None
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
                 return node if node.value is not None else None
-            if name in assigned(node):
+            if name in bound_names(node):
                 return None  # assigned some other way (a tuple, a loop): not a one-value fix
         return None
 
@@ -279,7 +280,7 @@ class View:
             return False
         loop = loops[0]
         targets = assigned_target(loop.target) if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
-        return name in targets or any(name in assigned(node) for node in loop.body)
+        return name in targets or any(name in bound_names(node) for node in loop.body)
 
     def carried(self) -> list[str]:
         """Names the innermost loop carries between iterations: read in its body before any
@@ -290,13 +291,13 @@ class View:
         body = loops[0].body
         settled: set[str] = set()
         carried: dict[str, None] = {}
-        assigned_anywhere = {name for node in body for name in assigned(node)}
+        assigned_anywhere = {name for node in body for name in bound_names(node)}
         for node in body:
             for read in _reads_in_order(node):
                 if read not in settled and read in assigned_anywhere:
                     carried.setdefault(read, None)
             if not _compound(node):
-                settled |= assigned(node)
+                settled |= bound_names(node)
         return list(carried)
 
     def first_read(self, name: str) -> ast.stmt | None:
@@ -317,22 +318,6 @@ def _compound(node: ast.AST) -> bool:
     )
 
 
-def assigned(node: ast.AST) -> set[str]:
-    """The names a statement (and the statements nested in it) binds, outside nested scopes."""
-    found: set[str] = set()
-    pending = [node]
-    while pending:
-        current = pending.pop()
-        if isinstance(current, ast.Name) and isinstance(current.ctx, (ast.Store, ast.Del)):
-            found.add(current.id)
-        elif isinstance(current, (ast.Import, ast.ImportFrom)):
-            found.update((a.asname or a.name).split(".")[0] for a in current.names)
-        if isinstance(current, _SCOPES + (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            continue
-        pending.extend(ast.iter_child_nodes(current))
-    return found
-
-
 def assigned_target(target: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
@@ -345,19 +330,19 @@ def _reads_in_order(node: ast.AST) -> list[str]:
     return [n.id for n in sorted(reads, key=lambda n: (n.lineno, n.col_offset))]
 
 
-def sites(report: CrashReport) -> list[Site]:
+def sites(report: CrashReport) -> list[FunctionSite]:
     """Where a repair of `report` can be made: the vaccinated function, and the deepest user callee
     whose source the report carries and whose function can be reached by name (`patch_function`)."""
     f = report.function
     found = []
     if f.source:
-        found.append(Site(f.source, f.first_lineno, f.lineno, report.variables, f.qualname, f.kind))
+        found.append(FunctionSite(f.source, f.first_lineno, f.lineno, report.variables, f.qualname, f.kind))
     for frame in reversed(report.frames[1:]):
-        if frame.library or not frame.source or frame.first_lineno is None:
-            continue
+        if frame.library or not frame.source or frame.first_lineno is None or not frame.own_def:
+            continue  # a comprehension's frame: its function's is further up
         if "<locals>" not in frame.qualname and frame.module:
             target = f"sys.modules[{frame.module!r}].{frame.qualname}"
-            found.append(Site(frame.source, frame.first_lineno, frame.lineno, frame.locals, frame.qualname,
-                              target=target))
+            found.append(FunctionSite(frame.source, frame.first_lineno, frame.lineno, frame.locals, frame.qualname,
+                                      target=target))
         break
     return found

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repairbot.rules.context import Context, Finding, present, search
+from repairbot.rules.context import ReportView, Finding, present, search
 from repairbot.rules.edit import replace_operator, replace_text
 
 _FLOAT_AS_INT = (
@@ -12,7 +12,7 @@ _FLOAT_AS_INT = (
 )
 
 
-def float_as_int(ctx: Context) -> Finding | None:
+def float_as_int(ctx: ReportView) -> Finding | None:
     """`n / 2` gives a float; sizes, indices and `range` need an int: use `//`, or `int(...)`."""
     if not search(_FLOAT_AS_INT, ctx.message):
         return None
@@ -32,7 +32,7 @@ def float_as_int(ctx: Context) -> Finding | None:
     )
 
 
-def numpy_requires_grad(ctx: Context) -> Finding | None:
+def numpy_requires_grad(ctx: ReportView) -> Finding | None:
     """A tensor in the autograd graph cannot become a NumPy array without `.detach()`."""
     if search(r"numpy\(\) on Tensor that requires grad", ctx.message):
         return Finding(
@@ -61,7 +61,7 @@ def numpy_requires_grad(ctx: Context) -> Finding | None:
     return None
 
 
-def view_not_contiguous(ctx: Context) -> Finding | None:
+def view_not_contiguous(ctx: ReportView) -> Finding | None:
     """`view` needs compatible strides (after `t()`, `transpose`, `permute`); `reshape` copies when needed."""
     if not search(r"view size is not compatible with input tensor's size and stride", ctx.message):
         return None

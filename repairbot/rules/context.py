@@ -1,8 +1,10 @@
 """What a rule sees of a crash, and how it turns an edit into a suggestion.
 
-The *site* is the frame to repair: the deepest frame of user code (not a library), which is the
-vaccinated function itself or a user callee whose source the report carries. An edit at the
-vaccinated function becomes a surgery; an edit at a callee becomes a `patch_function`.
+The *site* is the frame to repair: the deepest frame of user code (not a library) that runs a
+function of its own `def` — the vaccinated function itself or a user callee whose source the
+report carries. A comprehension, generator expression or lambda is repaired in the function whose
+`def` holds it: the nearest one around its frame. An edit at the vaccinated function becomes a
+surgery; an edit at a callee becomes a `patch_function`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from repairbot.protocol import Culprit, Suggestion
 from repairbot.rules.edit import Transform, edit_statement, tokens, wrap_name
 from repairbot.signs import wait_code
 
-__all__ = ["Context", "Finding", "present", "retry", "search", "skip", "wait_code"]
+__all__ = ["ReportView", "Finding", "present", "retry", "search", "skip", "wait_code"]
 
 
 MAX_NAMES = 16
@@ -36,16 +38,16 @@ class Finding:
 
 
 @dataclass
-class Context:
+class ReportView:
     """One crash report, seen from the site to repair."""
 
     report: CrashReport
     outermost: bool = False
     """Whether to see the crash from the vaccinated function even when a callee is at fault."""
 
-    def outer(self) -> Context:
+    def outer(self) -> ReportView:
         """The same crash seen from the vaccinated function, where actions run."""
-        return Context(self.report, outermost=True)
+        return ReportView(self.report, outermost=True)
 
     @cached_property
     def message(self) -> str:
@@ -63,7 +65,8 @@ class Context:
         if self.outermost:
             return 0
         for index in range(len(frames) - 1, 0, -1):
-            if not frames[index].library and frames[index].source:
+            frame = frames[index]
+            if not frame.library and frame.source and frame.own_def:
                 return index
         return 0
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import ast
 
 from repairbot.protocol import Suggestion
-from repairbot.rules.context import Context, Finding, present, search, skip
+from repairbot.rules.context import ReportView, Finding, present, search, skip
 from repairbot.rules.edit import in_loop, replace_with, statement_node
 
 _NONFINITE = r"\bnan\b|\binf\b|non-?finite|not finite|isfinite|isnan"
 
 
-def nonfinite(ctx: Context) -> Finding | None:
+def nonfinite(ctx: ReportView) -> Finding | None:
     """Skip what NaN or Inf poisoned; a guard in a loop becomes `continue`, so later bad batches pass too."""
     poisoned = [n for n, f in ctx.tensors() if f.get("nan") or f.get("inf")]
     if not poisoned and not search(_NONFINITE, ctx.message):
@@ -27,11 +27,11 @@ def nonfinite(ctx: Context) -> Finding | None:
     )
 
 
-def _is_guard(ctx: Context) -> bool:
+def _is_guard(ctx: ReportView) -> bool:
     return isinstance(statement_node(ctx.statement), (ast.Raise, ast.Assert))
 
 
-def _guard_to_continue(ctx: Context) -> Suggestion | None:
+def _guard_to_continue(ctx: ReportView) -> Suggestion | None:
     f = ctx.report.function
     if not ctx.at_function or not _is_guard(ctx) or not in_loop(f.source, f.first_lineno, f.lineno):
         return None

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from repairbot.bounds import bounded_report, cut
 from repairbot.generate import CATEGORIES, generate
-from repairbot.generate.candidate import Candidate
+from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.rank import from_rules, ranked, suggestions
 from repairbot.protocol import CATEGORIES as KNOWN_CATEGORIES
 from repairbot.protocol import CrashReport, Diagnosis, Suggestion
 from repairbot.rules import api_misuse, data, memory, mismatch, paths, transient
-from repairbot.rules.context import Context, Finding
+from repairbot.rules.context import ReportView, Finding
 
 _SHOWN_FRAMES = 3
 """Frames named at each end of the traceback's explanation; a deep recursion does not make it long."""
@@ -29,7 +29,7 @@ def analyse(report: CrashReport) -> tuple[Diagnosis, list[Suggestion]]:
 
     The rules see `report` through `bounded_report`, so the work done is bounded whatever its size.
     """
-    ctx = Context(bounded_report(report))
+    ctx = ReportView(bounded_report(report))
     finding = next((f for f in (rule(ctx) for rule in RULES) if f is not None), None) or _unknown(ctx)
     generated, places = generate(ctx.report)
     kept = ranked(generated + [from_rules(s) for s in finding.suggestions], places)  # on a tie, the generated edit
@@ -42,7 +42,7 @@ def analyse(report: CrashReport) -> tuple[Diagnosis, list[Suggestion]]:
     ), suggestions(kept)
 
 
-def _generated(kept: list[Candidate], ctx: Context) -> Finding:
+def _generated(kept: list[GeneratedRepair], ctx: ReportView) -> Finding:
     """The diagnosis when no rule knows the message: the category of the best generated candidate."""
     best = next(c for c in kept if c.family != "rules")
     return Finding(
@@ -53,11 +53,11 @@ def _generated(kept: list[Candidate], ctx: Context) -> Finding:
     )
 
 
-def _unknown(ctx: Context) -> Finding:
+def _unknown(ctx: ReportView) -> Finding:
     return Finding("unknown", f"No known pattern matches {ctx.report.exception.type}; inspect the frames below.", [])
 
 
-def _reason(ctx: Context) -> str:
+def _reason(ctx: ReportView) -> str:
     if ctx.at_function:
         return "The faulty statement is in the vaccinated function itself" + (
             ", and the exception came from library code it called." if len(ctx.report.frames) > 1 else "."
@@ -68,7 +68,7 @@ def _reason(ctx: Context) -> str:
     )
 
 
-def explain_traceback(ctx: Context) -> str:
+def explain_traceback(ctx: ReportView) -> str:
     """The traceback in plain words: the user's frames, then where inside the library it was raised."""
     frames, e = ctx.report.frames, ctx.report.exception
     shown = [f for f in frames if not f.library]

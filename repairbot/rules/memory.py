@@ -5,17 +5,17 @@ from __future__ import annotations
 import ast
 
 from repairbot.protocol import Suggestion
-from repairbot.rules.context import Context, Finding, present, retry, search
+from repairbot.rules.context import ReportView, Finding, present, retry, search
 from repairbot.rules.edit import parse_def
 from repairbot.signs import BUSY, OOM, others_hold_more, wait_code
 
 _BATCH_NAMES = ("batch_size", "bs", "micro_batch_size")
 MAX_WAIT_S = 60
 """The longest wait proposed: the client applies waits of at most a minute without a person
-(`daifu.allowlist.MAX_SLEEP_S`); a device held longer is waited for by further retries."""
+(`daifu.decide.allowlist.MAX_SLEEP_S`); a device held longer is waited for by further retries."""
 
 
-def device_busy(ctx: Context) -> Finding | None:
+def device_busy(ctx: ReportView) -> Finding | None:
     """Memory held by another process comes back when it ends: wait with growing delays, then retry."""
     if not search(BUSY, ctx.message) and not others_hold_more(ctx.message):
         return None
@@ -32,7 +32,7 @@ def device_busy(ctx: Context) -> Finding | None:
     )
 
 
-def out_of_memory(ctx: Context) -> Finding | None:
+def out_of_memory(ctx: ReportView) -> Finding | None:
     """Halve the batch (the batches still to come, the loader, the tensors of this one), free the cache, retry."""
     if "OutOfMemoryError" not in ctx.exception_types and not search(OOM, ctx.message):
         return None
@@ -67,7 +67,7 @@ def out_of_memory(ctx: Context) -> Finding | None:
     )
 
 
-def _halve_loader(ctx: Context) -> list[str]:
+def _halve_loader(ctx: ReportView) -> list[str]:
     loaders = [n for n, v in ctx.variables.items() if v.type == "DataLoader" and (v.facts.get("batch_size") or 0) > 1]
     if not loaders:
         return []
@@ -85,14 +85,14 @@ def _halve_loader(ctx: Context) -> list[str]:
     ]
 
 
-def _halve_batch_size(ctx: Context) -> list[str]:
+def _halve_batch_size(ctx: ReportView) -> list[str]:
     names = [n for n in _BATCH_NAMES if isinstance(ctx.facts(n).get("value"), int) and ctx.facts(n)["value"] > 1]
     if not names:
         return []
     return ["import torch", f"_daifu_half = max(1, {names[0]} // 2)", f"{names[0]} = _daifu_half"]
 
 
-def _halve_batch(ctx: Context) -> list[str]:
+def _halve_batch(ctx: ReportView) -> list[str]:
     """Cut the tensors of the current batch, so that rerunning the statement needs less memory.
 
     The batch is what the statement uses and what the enclosing `for` loops bound (inputs and
@@ -111,7 +111,7 @@ def _halve_batch(ctx: Context) -> list[str]:
     return [f"{n} = {n}[:_daifu_half]" for n in batch]
 
 
-def _loop_targets(ctx: Context) -> set[str]:
+def _loop_targets(ctx: ReportView) -> set[str]:
     """The variables bound by the targets of the `for` loops whose body holds the faulty statement."""
     f = ctx.report.function
     tree = parse_def(f.source)

@@ -7,13 +7,13 @@ import re
 from typing import Any
 
 from repairbot.protocol import Suggestion
-from repairbot.rules.context import Context, Finding, present, search
+from repairbot.rules.context import ReportView, Finding, present, search
 from repairbot.rules.edit import parse_def
 
 _MATMUL = r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)"
 
 
-def linear_input(ctx: Context) -> Finding | None:
+def linear_input(ctx: ReportView) -> Finding | None:
     """An input of B features into a Linear(C, D): flatten it if that gives C, else rebuild the layer."""
     found = search(_MATMUL, ctx.message)
     if not found:
@@ -31,7 +31,7 @@ def linear_input(ctx: Context) -> Finding | None:
     )
 
 
-def _flatten(ctx: Context, name: str, facts: dict[str, Any], features: int) -> Suggestion | None:
+def _flatten(ctx: ReportView, name: str, facts: dict[str, Any], features: int) -> Suggestion | None:
     shape = facts.get("shape") or []
     if len(shape) > 2 and math.prod(shape[1:]) == features:
         return ctx.wrap(
@@ -44,7 +44,7 @@ def _flatten(ctx: Context, name: str, facts: dict[str, Any], features: int) -> S
     return None
 
 
-def _new_in_features(ctx: Context, b: int, c: int, d: int) -> Suggestion | None:
+def _new_in_features(ctx: ReportView, b: int, c: int, d: int) -> Suggestion | None:
     """Where the function itself builds the layer, build it for B features (rerun from there)."""
     f = ctx.report.function
     pattern = re.compile(rf"(Linear\(\s*(?:in_features\s*=\s*)?){c}(\s*,\s*(?:out_features\s*=\s*)?{d}\b)")
@@ -60,7 +60,7 @@ def _new_in_features(ctx: Context, b: int, c: int, d: int) -> Suggestion | None:
     )
 
 
-def _layers(ctx: Context, in_features: int, out_features: int) -> list[str]:
+def _layers(ctx: ReportView, in_features: int, out_features: int) -> list[str]:
     """Expressions, in the faulty frame, for the live Linear layers with this weight shape."""
     found = []
     for name, variable in ctx.variables.items():
@@ -70,7 +70,7 @@ def _layers(ctx: Context, in_features: int, out_features: int) -> list[str]:
     return found
 
 
-def _rebuild(ctx: Context, layer: str, in_features: int, out_features: int) -> Suggestion | None:
+def _rebuild(ctx: ReportView, layer: str, in_features: int, out_features: int) -> Suggestion | None:
     optimizers = [n for n, v in ctx.variables.items() if "lr" in v.facts and "groups" in v.facts]
     lines = [
         "import torch",
@@ -87,7 +87,7 @@ def _rebuild(ctx: Context, layer: str, in_features: int, out_features: int) -> S
     )
 
 
-def broadcast(ctx: Context) -> Finding | None:
+def broadcast(ctx: ReportView) -> Finding | None:
     """Two operands whose shapes cannot broadcast: drop a trailing 1, or reshape one like the other."""
     found = search(
         r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)",
@@ -135,7 +135,7 @@ _DTYPE = (
 _FLOAT_NAMES = {"double": "float64", "float": "float32", "half": "float16", "bfloat16": "bfloat16"}
 
 
-def dtype(ctx: Context) -> Finding | None:
+def dtype(ctx: ReportView) -> Finding | None:
     """Float64 data (NumPy's default) into a float32 model: convert the odd one out with `.float()`."""
     if not search(_DTYPE, ctx.message):
         return None
@@ -163,7 +163,7 @@ def dtype(ctx: Context) -> Finding | None:
 _DEVICE = r"Expected all tensors to be on the same device|Tensor on device (\S+) is not on the expected device (\S+?)!"
 
 
-def device(ctx: Context) -> Finding | None:
+def device(ctx: ReportView) -> Finding | None:
     """A tensor left on one device while the model is on another: move it with `.to(...)`."""
     if not search(_DEVICE, ctx.message):
         return None
@@ -191,7 +191,7 @@ def device(ctx: Context) -> Finding | None:
     )
 
 
-def loss_target(ctx: Context) -> Finding | None:
+def loss_target(ctx: ReportView) -> Finding | None:
     """Class-index targets must be int64 and one-dimensional: `.long()`, `.squeeze(1)`."""
     if search(r"expected target dtype to be Long|expected scalar type Long but found", ctx.message):
         fix, why = "{}.long()", "class-index targets must be int64 (`.long()`)"

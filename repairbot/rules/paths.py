@@ -7,13 +7,13 @@ import re
 from typing import Any
 
 from repairbot.protocol import Suggestion
-from repairbot.rules.context import Context, Finding, present, search
+from repairbot.rules.context import ReportView, Finding, present, search
 
 _MISSING_PARENT = r"Parent directory (.+?) does not exist"
 _NO_SUCH_FILE = r"No such file or directory: '([^']+)'"
 
 
-def missing_parent(ctx: Context) -> Finding | None:
+def missing_parent(ctx: ReportView) -> Finding | None:
     """A save into a folder not made yet: make it (and its parents), then save again."""
     found = search(_MISSING_PARENT, ctx.message)
     folder = found.group(1).rstrip(".") if found else _saving_into_missing_folder(ctx)
@@ -30,7 +30,7 @@ def missing_parent(ctx: Context) -> Finding | None:
     )
 
 
-def _saving_into_missing_folder(ctx: Context) -> str | None:
+def _saving_into_missing_folder(ctx: ReportView) -> str | None:
     found = search(_NO_SUCH_FILE, ctx.message)
     if not found or not re.search(r"save|open\(.*['\"][wax]|write|mkstemp|to_csv|dump", ctx.statement):
         return None
@@ -40,7 +40,7 @@ def _saving_into_missing_folder(ctx: Context) -> str | None:
     return None
 
 
-def mistyped_path(ctx: Context) -> Finding | None:
+def mistyped_path(ctx: ReportView) -> Finding | None:
     """A load from a path that does not exist, next to a file with a close name: use that file."""
     found = search(_NO_SUCH_FILE, ctx.message)
     if not found:
@@ -56,18 +56,18 @@ def mistyped_path(ctx: Context) -> Finding | None:
     return Finding("path", f"{missing!r} does not exist.", present(*suggestions))
 
 
-def _path_facts(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
+def _path_facts(ctx: ReportView) -> list[tuple[str, dict[str, Any]]]:
     return [(n, ctx.facts(n)) for n in ctx.variables if "path" in ctx.facts(n)]
 
 
-def _rebind(ctx: Context, name: str, facts: dict[str, Any]) -> Suggestion | None:
+def _rebind(ctx: ReportView, name: str, facts: dict[str, Any]) -> Suggestion | None:
     better = os.path.join(os.path.dirname(str(facts["path"])), str(facts["close"][0]))
     value = repr(better) if ctx.variables[name].type == "str" else f"pathlib.Path({better!r})"
     code = f"{name} = {value}" if value.startswith("'") else f"import pathlib\n{name} = {value}"
     return ctx.action(code, f"`{name}` names a missing file; {better!r} exists and is the closest name.", 0.8)
 
 
-def _search_at_run_time(ctx: Context, missing: str) -> Suggestion | None:
+def _search_at_run_time(ctx: ReportView, missing: str) -> Suggestion | None:
     """Without a near name in the report, let the action look in the folder itself."""
     names = [n for n, f in _path_facts(ctx) if f.get("path") == missing and f.get("parent_exists")]
     if not names:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from repairbot.rules.context import Context, Finding, present, retry, search
+from repairbot.rules.context import ReportView, Finding, present, retry, search
 from repairbot.signs import MAX_RETRIES, PERMANENT_OS, TRANSIENT, TRANSIENT_TYPES, wait_code
 
 
 
-def transient(ctx: Context) -> Finding | None:
+def transient(ctx: ReportView) -> Finding | None:
     """Retry with a growing delay, a bounded number of times; after that, let the crash stand."""
     plain_os = ctx.report.exception.type in {"OSError", "IOError"} and not ctx.exception_types & PERMANENT_OS
     if not (ctx.exception_types & TRANSIENT_TYPES or plain_os or search(TRANSIENT, ctx.message)):

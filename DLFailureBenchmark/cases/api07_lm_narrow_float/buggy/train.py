@@ -1,6 +1,6 @@
-"""API misuse (word-level LSTM language model): `batchify` ported to Python 3 with `/`.
+"""API misuse (word-level LSTM language model): a stream split written for Python 2's `/`.
 
-The validation words are cut into EVAL_BATCH streams at each evaluation, with the example's
+The validation words are cut into EVAL_BATCH streams at each evaluation with
 `narrow(0, 0, nbatch * bsz)`; `nbatch` came from true division, and `narrow` wants an int.
 """
 

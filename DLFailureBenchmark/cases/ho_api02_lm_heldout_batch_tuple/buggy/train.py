@@ -1,7 +1,7 @@
 """API misuse (word-level LSTM language model), holdout: the model's (output, hidden) pair used as the output.
 
 Every 40 steps the script scores one held-out batch, written inline: it calls the model and
-takes the result as the output, but `RNNModel.forward` returns `(output, hidden)`; the loss line
+takes the result as the output, but `LSTMLanguageModel.forward` returns `(output, hidden)`; the loss line
 then calls `.view` on a tuple.
 """
 
