@@ -22,7 +22,7 @@ for _package in BOT:
     pytest.importorskip(_package)
 
 import daifu
-from daifu.decide import automatic
+from daifu.decide import verify
 from tests.copies import fresh
 
 
@@ -38,7 +38,7 @@ def broken_context(crash: object) -> object:
 def test_a_failure_of_the_decision_layer_is_said_once_as_daifus_with_its_step(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(automatic, "context_for", broken_context)
+    monkeypatch.setattr(verify, "context_for", broken_context)
     daifu.configure(mode="automatic", approve="auto", workspace=tmp_path / "ws")
     function = daifu.transform(fresh(halves))
     with warnings.catch_warnings():

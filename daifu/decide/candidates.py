@@ -38,7 +38,8 @@ class Candidate:
 
     decision: what it does (`Raise` for a suggestion that cannot be carried out at all: its `problems`
         say why). suggestion: the repair bot's suggestion it carries out (`None`: a person's own choice).
-    verdict: its trial's verdict, once tried.
+    verdict: its trial's verdict, once tried; trial_problems: why that trial fails it unattended
+        although it passed (its own code reached an effect: `daifu.decide.trial_effects`).
     stage: the crash's verification stage. `problems` (why the runtime refuses it: it cannot be
         applied at all) and `unsafe` (why it may not be applied without a person) are worked out when
         first asked: the runtime's check builds and compiles the new version (tens of milliseconds a
@@ -48,6 +49,7 @@ class Candidate:
     decision: Decision
     suggestion: Suggestion | None = None
     verdict: Verdict | None = None
+    trial_problems: tuple[str, ...] = ()
     stage: Verification | None = field(default=None, repr=False)
     given_problems: tuple[str, ...] | None = None
     given_outside: tuple[str, ...] | None = None
@@ -67,10 +69,19 @@ class Candidate:
 
     @property
     def unsafe(self) -> tuple[str, ...]:
-        """Why it may not be applied without a person: outside the allowlist, or beyond a trial's sight."""
+        """Why it may not be applied without a person: outside the allowlist, beyond a trial's sight, or its
+        own code reached an effect in its trial."""
         if self.stage is None:
-            return self.outside_allowlist
-        return self.outside_allowlist + unverifiable(self.decision, self.stage.crash)
+            return self.outside_allowlist + self.trial_problems
+        return self.outside_allowlist + unverifiable(self.decision, self.stage.crash) + self.trial_problems
+
+    def tried(self, verdict: Verdict) -> None:
+        """Keep the verdict of its trial, and why it fails the candidate unattended when its own code
+        reached an effect there (an effect only the program's code reached is the program's)."""
+        self.verdict = verdict
+        if self.stage is not None:
+            problem = self.stage.repair_effect(self.decision, verdict)
+            self.trial_problems = (problem,) if problem else ()
 
     @property
     def checked(self) -> bool:

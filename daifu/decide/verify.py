@@ -9,7 +9,9 @@ nothing touches the run before this stage says it may:
 2. allowlist: whether its code may run without a person (`daifu.decide.allowlist`), and whether its
    effect is one a trial can see at all (`unverifiable`): else it is applied only by a person;
 3. trial: a sandboxed copy of the run (`crash.trial`) that carries it out through the runtime's own
-   resume path, within `trial_seconds` and the seconds its code deliberately sleeps.
+   resume path, within `trial_seconds` and the seconds its code deliberately sleeps. Unattended, a
+   trial that stopped at an effect the candidate's own code reached fails it, but the folder a failing
+   write needs (`daifu.decide.trial_effects`): applied, the repair would do it for real.
 
 `Verification` holds the stage for one crash; `daifu.decide.candidates` keeps what it found for each
 candidate, and the approvers (`daifu.decide.automatic`, `daifu.decide.remote`, the console) read it.
@@ -32,6 +34,8 @@ from daifu.core.kinds import code_of, kind_of, target_of, wire_kind
 from daifu.core.names import bound_names
 from daifu.core.trial import Outcome, Verdict
 from daifu.decide.allowlist import Context, check_suggestion, context_for
+from daifu.decide.failure import doing
+from daifu.decide.trial_effects import repair_effect
 from daifu.report.redact import has_placeholder
 from daifu.say import say, say_once
 
@@ -87,6 +91,11 @@ class Verification:
         """`decision` tried on a sandboxed copy of the run, within `trial_seconds` and what its code sleeps."""
         return self.crash.trial(decision, self.settings.trial_seconds + sleep_seconds(decision))
 
+    def repair_effect(self, decision: Decision, verdict: Verdict) -> str | None:
+        """Why `verdict` fails `decision` without a person: its own code reached the effect the trial
+        stopped at, and it is none a repair may have (`daifu.decide.trial_effects`)."""
+        return repair_effect(decision, verdict, self.crash, self._frame_facts)
+
     def cannot_discard(self, decision: Decision) -> bool:
         """Whether `decision`, applied without a trial, cannot throw away trained state or skip work
         silently: a kind that never can (a retry, the skip of a whole iteration), or code that only adds
@@ -113,7 +122,7 @@ class Verification:
         among them sees each verdict (a candidate tried already keeps its verdict)."""
         for candidate in self.to_try(found):
             if candidate.verdict is None:
-                candidate.verdict = self.trial(candidate.decision)
+                candidate.tried(self.trial(candidate.decision))
         return [c for c in found if c.usable]
 
     def first_passing(self, found: list[Candidate], context: RepairContext) -> Candidate | None:
@@ -123,29 +132,38 @@ class Verification:
         settings = self.settings
         started = time.monotonic()
         trials = 0
-        for candidate in found:
-            if not candidate.usable:
+        for number, candidate in enumerate(found, 1):
+            what = f"the bot's suggestion {number} ({candidate.kind})"
+            with doing(f"checking {what} with the runtime's own validation"):
+                usable = candidate.usable
+            if not usable:
                 continue
-            if candidate.unsafe:
+            with doing(f"checking {what} against the allowlist"):
+                unsafe = candidate.unsafe
+            if unsafe:
                 say(f"not applying the bot's {candidate.kind} without a person (approve='ask' would offer it): "
-                    f"{'; '.join(candidate.unsafe)[:300]}")
+                    f"{'; '.join(unsafe)[:300]}")
                 continue
             spent = time.monotonic() - started
             if trials >= settings.max_trials or spent > settings.max_trials * settings.trial_seconds:
                 say(f"stopped after {trials} trials; the other suggestions were not tried")
                 break
-            verdict = candidate.verdict or self.trial(candidate.decision)  # tried already when a person was asked
+            with doing(f"trying {what} on a copy of the run"):
+                verdict = candidate.verdict or self.trial(candidate.decision)  # tried already if a person was asked
+                candidate.tried(verdict)
             trials += 1
-            candidate.verdict = verdict
             if verdict.outcome is Outcome.UNAVAILABLE:
                 say_once(f"no trial of a repair can run here: {verdict.detail}; only repairs that cannot discard "
                          "trained state are applied automatically")
                 if self.cannot_discard(candidate.decision):
                     return candidate
                 continue
-            if verdict.passed:
+            if verdict.passed and not candidate.trial_problems:
                 return candidate
-            context.note_tried(candidate.decision, f"refused by its trial: {verdict.describe()}")
+            if candidate.trial_problems:
+                say(f"not applying the bot's {candidate.kind} without a person: {candidate.trial_problems[0][:300]}")
+            why = candidate.trial_problems[0] if candidate.trial_problems else verdict.describe()
+            context.note_tried(candidate.decision, f"refused by its trial: {why}")
         return None
 
 
