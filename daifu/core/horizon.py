@@ -163,7 +163,7 @@ def _passed(it: IterationFacts, plan: int | None) -> str:
     what = list(it.what)
     missing = missing_steps(it, plan)
     if missing:
-        what.append(f"{missing} optimizer step{'s' if missing > 1 else ''}")
+        what.append(f"{missing} optimizer step{'s' if missing > 1 else ''} not taken")
     return f"{_name(it)}: {', '.join(what[:3]) or 'work'}"
 
 
