@@ -182,3 +182,37 @@ def test_a_verdict_with_its_iterations_goes_through_its_data_and_back() -> None:
     assert again == verdict and again.iterations[0].what == ("`continue` at line 9",)
     assert not again.passed and "passes over work in 2 iterations" in again.refused[0]
     assert "1 iteration past the crash: fired 2 times" in again.seen() and again.seen().endswith("the loop ended")
+
+
+def test_a_repair_whose_harm_shows_in_the_next_iterations_is_refused_by_its_trial() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [0.1 * torch.randn(8, 4) for _ in range(9)]
+    batches[1] = torch.randn(8, 5)
+    found: list[Verdict] = []
+
+    @daifu.transform
+    def train(model, optimizer, batches):
+        scale = 1.0
+        for x in batches:
+            loss = model(x).pow(2).mean() * scale
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return loss
+
+    def policy(crash: daifu.Crash) -> daifu.Decision:
+        found.append(crash.trial(daifu.Action("x = x[:, :4]\nscale = 1e18"), horizon=0))  # the crashed iteration
+        found.append(crash.trial(daifu.Action("x = x[:, :4]\nscale = 1e18")))
+        found.append(crash.trial(daifu.Action("x = x[:, :4]")))
+        return daifu.Raise()
+
+    daifu.set_policy(policy)
+    with pytest.raises(RuntimeError):
+        train(model, optimizer, batches)
+    alone, ahead, right = found
+    assert alone.passed, alone.describe()  # the crashed iteration ends healthy: a one-iteration trial passes it
+    print(ahead.describe())
+    assert not ahead.passed and "spoils the run in iteration" in "; ".join(ahead.refused), ahead.describe()
+    assert right.passed and len(right.iterations) == 6, right.describe()
