@@ -216,3 +216,40 @@ def test_a_repair_whose_harm_shows_in_the_next_iterations_is_refused_by_its_tria
     print(ahead.describe())
     assert not ahead.passed and "spoils the run in iteration" in "; ".join(ahead.refused), ahead.describe()
     assert right.passed and len(right.iterations) == 6, right.describe()
+
+
+class _OneWideBatch(torch.utils.data.Dataset):
+    """64 samples of 4 features, but the third batch of 8 has 5."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        return torch.randn(5 if index // 8 == 2 else 4), torch.randn(1)
+
+
+def test_where_a_data_loaders_workers_cannot_be_read_from_the_copy_the_verdict_says_so_and_judges_what_it_saw() -> None:
+    loader = torch.utils.data.DataLoader(_OneWideBatch(), batch_size=8, num_workers=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    found: list[Verdict] = []
+
+    @daifu.transform
+    def train(loader, model, optimizer):
+        for x, y in loader:
+            loss = F.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    def policy(crash: daifu.Crash) -> daifu.Decision:
+        found.append(crash.trial(daifu.Action("x = x[:, :4]")))
+        return daifu.Raise()
+
+    daifu.set_policy(policy)
+    with pytest.raises(RuntimeError):
+        train(loader, model, optimizer)
+    verdict = found[0]
+    assert verdict.passed and [it.index for it in verdict.iterations] == [0], verdict.describe()
+    assert "the loop's next item could not be read in the copy" in verdict.ended
+    assert "no iteration past the crash" in verdict.describe() and "sealed in the copy" in verdict.describe()

@@ -343,7 +343,7 @@ class Vaccine:
             sizes = repair_path.sizes(live.namespace)
             try:
                 handover = self._prepare(trying.decision, trying.crash, live.copy(), Flavour.TRIAL)
-            except RepairRefused:
+            except Exception:  # noqa: BLE001 - refused here, or a bug of ours: the trial ends at the crash
                 trial.crashed(error, frame)
                 return
             rows, what = repair_path.dropped(sizes, repair_path.sizes(handover.namespace))
