@@ -146,8 +146,6 @@ class Verdict:
         if self.outcome is Outcome.COMPLETED:
             if self.detail == RETURNED:
                 head = f"the call finished in {took}"
-            elif self.detail == LOOP_ENDED:
-                head = f"the loop finished in {took}"
             else:
                 head = f"iteration finished in {took}"
         elif self.outcome is Outcome.STOPPED_AT_EFFECT:
