@@ -54,11 +54,11 @@ def _from_tools(calls: list[ToolCall]) -> dict[str, Any] | None:
     suggestions: list[Any] = []
     for call in calls:
         try:
-            value = read_noted(call.arguments)[0]
+            value: dict[str, Any] | None = read_noted(call.arguments)[0]
         except ReplyError:
             value = _one_suggestion(call.arguments)
-            if value is None:
-                continue
+        if value is None:
+            continue
         for key in ("diagnosis", "answer"):
             if key in value and key not in merged:
                 merged[key] = value[key]

@@ -35,6 +35,7 @@ from repairbot.llm_code import (
     problems,
     whole_function,
 )
+from repairbot.model_words import flagged
 from repairbot.names import bound_names
 from repairbot.llm_parse import Proposal, read_object, read_proposals
 from repairbot.protocol import CATEGORIES
@@ -135,7 +136,7 @@ def _sites(report: CrashReport) -> list[_Editable]:
 
 
 def _suggestion(report: CrashReport, sites: list[_Editable], p: Proposal) -> tuple[Suggestion, list[str]]:
-    common: dict[str, Any] = {"explanation": p.explanation, "confidence": p.confidence, "origin": "model"}
+    common: dict[str, Any] = {"explanation": flagged(p.explanation), "confidence": p.confidence, "origin": "model"}
     if p.kind == "retry":
         return Suggestion(kind="retry", **common), []
     if p.kind == "skip":

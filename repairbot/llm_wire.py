@@ -164,7 +164,8 @@ def _from_events(text: str) -> Completion:
 
 
 def _tool_call(call: dict[str, Any]) -> ToolCall:
-    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    given = call.get("function")
+    function: dict[str, Any] = given if isinstance(given, dict) else {}
     arguments = function.get("arguments")
     if isinstance(arguments, (dict, list)):  # some servers send the arguments decoded
         arguments = json.dumps(arguments)

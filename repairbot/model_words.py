@@ -30,14 +30,13 @@ def holds_commands(text: str) -> bool:
     return _PROSE.fullmatch(text) is None
 
 
-def as_the_models(model: str, text: str, plain_unmarked: bool = False) -> str:
-    """`text`, opened by who wrote it, and by `NOT_RUN` when it holds anything like a command.
-
-    plain_unmarked: leave plain prose as it is (a suggestion's explanation, which the response
-    already marks with `origin: model`), marking only text with commands in it.
-    """
-    commands = holds_commands(text)
-    if plain_unmarked:
-        return f"(the model's words; {NOT_RUN}) {text}" if commands else text
-    said = f" ({NOT_RUN})" if commands else ""
+def as_the_models(model: str, text: str) -> str:
+    """`text`, opened by who wrote it, and by `NOT_RUN` when it holds anything like a command."""
+    said = f" ({NOT_RUN})" if holds_commands(text) else ""
     return f"The model ({model}) says, not DaiFu{said}: {text}"
+
+
+def flagged(explanation: str) -> str:
+    """A suggestion's explanation as the model wrote it (the response marks the suggestion's origin),
+    opened by a warning when it holds anything like a command."""
+    return f"(the model's words; nothing in them was run) {explanation}" if holds_commands(explanation) else explanation

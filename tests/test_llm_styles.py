@@ -21,7 +21,9 @@ from tests.extras import BOT
 for _package in (*BOT, "openai"):
     pytest.importorskip(_package)
 
+import inspect
 import json
+import textwrap
 
 import httpx
 
@@ -30,6 +32,7 @@ from daifu.state import RUN
 from repairbot.backends.openai import OpenAIBackend, forget_capabilities
 from repairbot.protocol import SuggestResponse
 from repairbot.server import start_in_thread
+from tests import llmabove
 from tests.copies import fresh
 from tests.fakellm import FakeLLM, Reply, openai_error
 from tests.llmcases import Case, cases
@@ -198,3 +201,64 @@ def test_the_models_words_on_the_terminal_are_marked_and_not_run(
     line = next(line for line in capfd.readouterr().err.splitlines() if "repair bot (openai" in line)
     assert "The model (test-model) says, not DaiFu (nothing in it was run): The checkpoint" in line, line
     assert line.index("nothing in it was run") < line.index("curl"), line
+
+
+def _above(program: Any, tmp_path: Path, *args: Any) -> tuple[Any, FakeLLM]:
+    """Run `program` vaccinated, automatic, against a model whose answer edits the line above the crash;
+    the result, and the fake model server."""
+    source, first = inspect.getsourcelines(program)
+    line = first + next(i for i, text in enumerate(source) if llmabove.FIX[0] in text)
+    crash_line = first + next(i for i, text in enumerate(source) if ".mean()" in text)
+    edit = {
+        "kind": "edit",
+        "function": program.__name__,
+        "start_line": line,
+        "end_line": line,
+        "new_code": "        " + llmabove.FIX[1],
+        "code": None,
+        "explanation": "Make the values floating point, so that their mean can be taken.",
+        "confidence": 0.95,
+    }
+    diagnosis = {"category": "dtype", "culprit_function": program.__name__, "culprit_line": line, "explanation": "x"}
+    with FakeLLM([json.dumps({"diagnosis": diagnosis, "suggestions": [edit]})]) as llm:
+        url, stop = start_in_thread(OpenAIBackend(base_url=llm.url, model="test-model"))
+        try:
+            daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
+            result = daifu.transform(fresh(program))(*args)
+        finally:
+            stop()
+    assert f">>{crash_line:>4}" in llm.prompts[0]
+    return result, llm
+
+
+def _fixed(program: Any) -> Any:
+    namespace = dict(program.__globals__)
+    exec(textwrap.dedent(inspect.getsource(program)).replace(*llmabove.FIX), namespace)
+    return namespace[program.__name__]
+
+
+def test_the_prompt_says_an_edit_above_the_crash_reruns_the_lines_between(tmp_path: Path) -> None:
+    """The prompt and the runtime agree: the model's edit of the line above runs, the run resumes there, and
+    it ends as the fixed program does (the statements between only compute)."""
+    result, llm = _above(llmabove.average, tmp_path, llmabove.BATCHES)
+    assert result == _fixed(llmabove.average)(llmabove.BATCHES) == [4.0, 11.0, 17.0]
+    prompt = llm.prompts[0]
+    assert "earlier lines do not" not in prompt
+    assert "when the edit changes a line above line" in prompt and "runs a second time" in prompt
+    repairs = [r for r in RUN.history if r.get("function") == "average"]
+    assert repairs and repairs[-1]["decision"].startswith("Surgery")
+
+
+def test_the_repair_says_which_statements_run_a_second_time(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """An edit above the crash with an append between: the terminal and the record name the statements that
+    run again (whether such a repair needs a person is the automatic-approval rule's business)."""
+    seen: list[int] = []
+    _above(llmabove.average_counting, tmp_path, llmabove.BATCHES, seen)
+    source, first = inspect.getsourcelines(llmabove.average_counting)
+    append = first + next(i for i, text in enumerate(source) if "seen.append" in text)
+    err = capfd.readouterr().err
+    said = next(line for line in err.splitlines() if "run a second time" in line)
+    assert f"line {append} `seen.append(len(batch))`" in said and "float32" in said, said
+    rows = [json.loads(line) for line in (tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()]
+    model_rows = [s for s in rows[-1]["suggestions"] if s.get("origin") == "model"]
+    assert any(f"line {append} `seen.append(len(batch))`" in r for r in model_rows[0]["reruns"])

@@ -303,13 +303,9 @@ class OpenAIBackend:
                 update={"reason": as_the_models(said, self._redact(reading.diagnosis.culprit.reason))}
             )
             diagnosis = reading.diagnosis.model_copy(update={"explanation": explanation, "culprit": culprit})
-        suggestions = [
-            s.model_copy(update={"explanation": as_the_models(said, s.explanation, plain_unmarked=True)})
-            for s in reading.suggestions
-        ]
         return Answer(
             diagnosis,
-            merge(suggestions, rules),
+            merge(reading.suggestions, rules),
             used,
             fallback,
             notes,
