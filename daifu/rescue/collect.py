@@ -11,7 +11,8 @@
 - the RNG states: Python's `random`, NumPy's legacy global generator, torch's CPU generator and the
   CUDA generators, each when the program loaded that library (so it could have drawn from it);
 - the loop position: the frame's locals and its callers' that are plain numbers (epoch, step, batch
-  index, counters).
+  index, counters), the loop's own first: the names the function's `for` statements bind and those it
+  counts with `+=` (`loop_names`).
 
 A device in `unusable` (`daifu.rescue.devices`) is never touched: an object whose state lives there
 is listed as not saved, with the reason, instead. Reading an object's state runs its class's code
@@ -20,9 +21,11 @@ is listed as not saved, with the reason, instead. Reading an object's state runs
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 import sysconfig
+import textwrap
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
@@ -64,6 +67,7 @@ class Collected:
     objects: list[dict[str, Any]] = field(default_factory=list)
     rng: list[str] = field(default_factory=list)
     position: dict[str, Any] = field(default_factory=dict)
+    loop: list[str] = field(default_factory=list)
     callers: list[dict[str, Any]] = field(default_factory=list)
     unsaved: list[dict[str, str]] = field(default_factory=list)
 
@@ -105,9 +109,24 @@ def _definition(value: Any) -> bool:
     return isinstance(value, (ModuleType, type)) or callable(value) and hasattr(value, "__code__")
 
 
+def loop_names(source: str) -> list[str]:
+    """The names a function's loops advance, in the order they appear: the targets of its `for`
+    statements and the names it adds to (`step += 1`); none when the source does not parse."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return []
+    named = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.AugAssign)):
+            named += [(n.lineno, n.col_offset, n.id) for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+    return list(dict.fromkeys(name for _, _, name in sorted(named)))
+
+
 def collect(namespace: Mapping[str, Any], module_globals: Mapping[str, Any], callers: Iterable[Caller],
-            unusable: Mapping[str, str]) -> Collected:
-    """The rescue of a frame whose locals are `namespace`; `unusable`: device types not to touch, and why."""
+            unusable: Mapping[str, str], loop: Iterable[str] = ()) -> Collected:
+    """The rescue of a frame whose locals are `namespace`; `unusable`: device types not to touch, and why;
+    `loop`: the names its loops advance, put first in the position."""
     callers = list(callers)
     found = Collected()
     torch = sys.modules.get("torch")
@@ -120,7 +139,9 @@ def collect(namespace: Mapping[str, Any], module_globals: Mapping[str, Any], cal
                 _add(found, objects, where, kind, value, unusable)
         found.state["objects"] = objects
     found.state["rng"] = _rng(found, torch, unusable)
-    found.position = _numbers(namespace)
+    numbers = _numbers(namespace)
+    found.loop = [name for name in loop if name in numbers]
+    found.position = {**{name: numbers[name] for name in found.loop}, **numbers}
     found.callers = [{"function": c.function, "file": c.file, "line": c.line, "position": _numbers(c.locals)}
                      for c in callers]
     found.state["position"] = found.position

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from daifu import ranks
 from daifu.config import Settings
 from daifu.rescue import devices
-from daifu.rescue.collect import Caller, Collected, callers_of, collect, globals_read
+from daifu.rescue.collect import Caller, Collected, callers_of, collect, globals_read, loop_names
 from daifu.say import say
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ class Subject:
     namespace: Mapping[str, Any]
     module_globals: Mapping[str, Any]
     callers: list[Caller]
+    source: str
+    """The function's source: where its loop names are read (`collect.loop_names`)."""
     facts: dict[str, Any] = field(default_factory=dict)
     then: str = "the exception goes on"
     """What happens to the run after the rescue, as the terminal line ends."""
@@ -77,14 +79,14 @@ def after_crash(crash: Crash, number: int, settings: Settings) -> Path | None:
             "statement": crash.statement,
         }
         module_globals = globals_read(frame, crash.locals) if frame is not None else {}
-        return Subject(str(number), crash.locals, module_globals, callers_of(frame), facts)
+        return Subject(str(number), crash.locals, module_globals, callers_of(frame), crash.source, facts)
 
     return _guarded(subject, settings)
 
 
-def at_signal(frame: FrameType, signal_name: str, then: str, settings: Settings) -> Path | None:
-    """Rescue the state `frame` holds as it starts a statement, a signal having asked for it; `then`:
-    what the signal does next, as the terminal line says."""
+def at_signal(frame: FrameType, source: str, signal_name: str, then: str, settings: Settings) -> Path | None:
+    """Rescue the state `frame` (running the function whose source is `source`) holds as it starts a
+    statement, a signal having asked for it; `then`: what the signal does next, as the terminal line says."""
 
     def subject() -> Subject:
         code = frame.f_code
@@ -97,7 +99,8 @@ def at_signal(frame: FrameType, signal_name: str, then: str, settings: Settings)
             "line": frame.f_lineno,
             "statement": linecache.getline(code.co_filename, frame.f_lineno).strip(),
         }
-        return Subject(signal_name, namespace, globals_read(frame, namespace), callers_of(frame), facts, then)
+        return Subject(signal_name, namespace, globals_read(frame, namespace), callers_of(frame), source, facts,
+                       then)
 
     return _guarded(subject, settings)
 
@@ -166,7 +169,8 @@ class _Rescue:
     def _write(self) -> Path | None:
         subject = self.subject
         unusable = devices.unusable()
-        found = collect(subject.namespace, subject.module_globals, subject.callers, unusable)
+        found = collect(subject.namespace, subject.module_globals, subject.callers, unusable,
+                        loop_names(subject.source))
         torch = sys.modules.get("torch")
         if torch is None or not (found.objects or found.unsaved):
             return None  # no trained state: nothing a restart would miss
@@ -215,6 +219,7 @@ class _Rescue:
             "objects": found.objects,
             "rng": found.rng,
             "position": found.position,
+            "loop": found.loop,
             "callers": found.callers,
             "not_saved": found.unsaved,
             "state_file": STATE,
@@ -239,7 +244,7 @@ class _Rescue:
     def _say(self, target: Path, found: Collected, size: int) -> None:
         names = ", ".join(f"{o['name']} ({o['kind']})" for o in found.objects[:6])
         more = f" and {len(found.objects) - 6} more" if len(found.objects) > 6 else ""
-        where = ", ".join(f"{k}={v}" for k, v in list(found.position.items())[:4])
+        where = ", ".join(f"{name}={found.position[name]}" for name in found.loop[:4])
         lost = "; ".join(f"{u['what']} ({u['why']})" for u in found.unsaved[:3])
         say(f"rescue: {names or 'no object'}{more}{f' at {where}' if where else ''} saved to {target} "
             f"({_size(size)}); load it with daifu.rescued(){f'; not saved: {lost}' if lost else ''}; {self.subject.then}")

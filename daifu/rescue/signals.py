@@ -57,28 +57,38 @@ def arm() -> None:
 
 
 def _handler(number: int, frame: FrameType | None) -> None:
+    try:
+        waiting = _waited(number, frame)
+    except Exception as error:  # a bug of ours must not stop the signal, nor raise into the program
+        say(f"{signal.Signals(number).name}: DaiFu failed to prepare the rescue ({type(error).__name__}: {error}); "
+            f"nothing rescued; {_effect(number)}")
+        waiting = False
+    if not waiting:
+        _proceed(number, frame)
+
+
+def _waited(number: int, frame: FrameType | None) -> bool:
+    """Start waiting for a statement to start, to rescue there; `False` when the signal should act now."""
     name = signal.Signals(number).name
     if _waiting:  # a second signal: the person or the scheduler will not wait
         _waiting.pop("stop")()
-        _waiting.clear()
-        say(f"{name} again before a statement started: {_effect(number)} now, nothing rescued")
-        _proceed(number, frame)
-        return
+        say(f"{name} again before a statement started: nothing rescued; {_effect(number)} now")
+        return False
     found = _vaccinated(frame)
     if found is None:
         say(f"{name}: no vaccinated function is running in the main thread; nothing rescued; {_effect(number)}")
-        _proceed(number, frame)
-        return
-    target, starts = found
-    _wait(target, starts, number)
+        return False
+    target, version = found
+    _wait(target, version, number)
+    return True
 
 
-def _vaccinated(frame: FrameType | None) -> tuple[FrameType, dict[int, int]] | None:
-    """The innermost frame running a vaccinated function's code, and where its statements start."""
+def _vaccinated(frame: FrameType | None) -> tuple[FrameType, Any] | None:
+    """The innermost frame running a vaccinated function's code, and the `Version` it runs."""
     while frame is not None:
         version = _version(frame)
         if version is not None:
-            return frame, _statement_starts(version.fdef)
+            return frame, version
         frame = frame.f_back
     return None
 
@@ -98,15 +108,17 @@ def _statement_starts(fdef: ast.FunctionDef) -> dict[int, int]:
     starts: dict[int, int] = {}
     for node in ast.walk(fdef):
         if isinstance(node, ast.stmt) and node is not fdef:
-            blocks = [getattr(node, name) for name in ("body", "handlers", "orelse", "finalbody", "cases")]
+            blocks = [getattr(node, name, None) for name in ("body", "handlers", "orelse", "finalbody", "cases")]
             first = min((block[0].lineno for block in blocks if isinstance(block, list) and block), default=None)
             end = first - 1 if first is not None else (node.end_lineno or node.lineno)
             starts[node.lineno] = max(starts.get(node.lineno, node.lineno), end)
     return starts
 
 
-def _wait(target: FrameType, starts: dict[int, int], number: int) -> None:
-    """Trace `target` until it starts a statement or returns, then rescue and let the signal act."""
+def _wait(target: FrameType, version: Any, number: int) -> None:
+    """Trace `target` (running `version`) until it starts a statement or returns, then rescue and let
+    the signal act."""
+    starts = _statement_starts(version.fdef)
     last = [target.f_lineno]
     outer, inner = sys.gettrace(), target.f_trace
     chained: list[Trace | None] = [inner]
@@ -120,7 +132,7 @@ def _wait(target: FrameType, starts: dict[int, int], number: int) -> None:
             chained[0] = trace(frame, event, arg)
         if (event == "line" and starting(frame.f_lineno)) or event == "return":
             stop()
-            _rescue(frame, number)
+            _rescue(frame, version.source, number)
             return chained[0]
         if event == "line":
             last[0] = frame.f_lineno
@@ -143,18 +155,27 @@ def _new_frames(frame: FrameType, event: str, arg: Any) -> None:
     return None
 
 
-def _rescue(frame: FrameType, number: int) -> None:
+def _rescue(frame: FrameType, source: str, number: int) -> None:
+    """Rescue `frame` for signal `number`, then let the signal act, whatever became of the rescue."""
+    name = signal.Signals(number).name
+    then = f"{name} then {_effect(number)}"
+    try:
+        _save(frame, source, name, then)
+    except Exception as error:  # a bug of ours must not stop the signal, nor raise into the program
+        say(f"{name}: DaiFu failed to rescue the trained state ({type(error).__name__}: {error}); {then}")
+    _proceed(number, frame)
+
+
+def _save(frame: FrameType, source: str, name: str, then: str) -> None:
     from daifu.rescue import save
 
-    name = signal.Signals(number).name
     settings = config.settings()
-    then = f"{name} then {_effect(number)}"
-    where = save.at_signal(frame, name, then, settings) if settings.rescue else None
+    if not settings.rescue:
+        say(f"{name}: the rescue is off (rescue=False, DAIFU_RESCUE); {then}")
+        return
+    where = save.at_signal(frame, source, name, then, settings)
     if where is not None:
         record.note(f"{name}: the trained state is rescued in {where}")
-    elif not settings.rescue:
-        say(f"{name}: the rescue is off (rescue=False, DAIFU_RESCUE); {then}")
-    _proceed(number, frame)
 
 
 def _effect(number: int) -> str:
