@@ -247,7 +247,7 @@ class _Rescue:
         where = ", ".join(f"{name}={found.position[name]}" for name in found.loop[:4])
         lost = "; ".join(f"{u['what']} ({u['why']})" for u in found.unsaved[:3])
         say(f"rescue: {names or 'no object'}{more}{f' at {where}' if where else ''} saved to {target} "
-            f"({_size(size)}); load it with daifu.rescued(){f'; not saved: {lost}' if lost else ''}; {self.subject.then}")
+            f"({size_text(size)}); load it with daifu.rescued(){f'; not saved: {lost}' if lost else ''}; {self.subject.then}")
 
 
 def _written(path: Path, write: Callable[[Any], Any]) -> int:
@@ -283,7 +283,8 @@ def _world_size() -> int | None:
     return int(value) if value and value.isdigit() and int(value) > 1 else None
 
 
-def _size(count: int) -> str:
+def size_text(count: int) -> str:
+    """A size in bytes as people read it: `812 bytes`, `19.8 KB`, `1.3 GB`."""
     if count < 1000:
         return f"{count} bytes"
     scaled, unit = float(count), "bytes"
