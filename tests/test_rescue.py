@@ -18,7 +18,6 @@ torch = pytest.importorskip("torch")
 
 import daifu  # noqa: E402
 from daifu.cli import main as cli  # noqa: E402
-from daifu.rescue import collect, devices  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -152,6 +151,8 @@ def test_a_rescue_past_its_time_is_abandoned_and_never_put_in_place(
 def test_a_device_left_unusable_is_not_touched_and_the_manifest_says_what_was_lost() -> None:
     # The CPU machine has no CUDA context to poison: the meta device stands in for the lost one, with the
     # reason a probe of it would give. Everything on the host is saved; the lost device's state is named.
+    from daifu.rescue import collect
+
     on_host, on_device = torch.nn.Linear(3, 1), torch.nn.Linear(3, 1, device="meta")
     optimizer = torch.optim.SGD(on_host.parameters(), lr=0.1)
     lost = {"meta": "the device's context is unusable after the crash (stand-in)"}
@@ -163,6 +164,8 @@ def test_a_device_left_unusable_is_not_touched_and_the_manifest_says_what_was_lo
 
 
 def test_a_device_whose_synchronisation_fails_or_hangs_is_unusable() -> None:
+    from daifu.rescue import devices
+
     def poisoned() -> None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered\nCompile with TORCH_USE_CUDA_DSA")
 
