@@ -150,14 +150,21 @@ def collect(namespace: Mapping[str, Any], module_globals: Mapping[str, Any], cal
 
 def _candidates(namespace: Mapping[str, Any], module_globals: Mapping[str, Any],
                 callers: list[Caller]) -> Iterator[tuple[str, Any]]:
-    """Every (where, value) reachable, the frame first, each object once (the first name found)."""
+    """Every (where, value) reachable, the frame first, each object once, under the first name found: its
+    own name, or, for a caller's that is not the module's top level (or one whose name is taken), that
+    name after the caller's (`main:model`)."""
     seen: set[int] = set()
-    places = [("", namespace), ("", module_globals)] + [(f"{c.function}:", c.locals) for c in callers]
+    names: set[str] = set()
+    places = [("", namespace), ("", module_globals)]
+    places += [(f"{c.function}:" if c.function != "<module>" else "", c.locals) for c in callers]
     for prefix, values in places:
         for where, value in reachable(values):
-            if id(value) not in seen:
-                seen.add(id(value))
-                yield prefix + where, value
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            name = prefix + where if prefix or where not in names else f"<module>:{where}"
+            names.add(name)
+            yield name, value
 
 
 def _kinds(torch: Any) -> list[tuple[str, type]]:
