@@ -82,7 +82,8 @@ def callers_of(frame: FrameType | None) -> list[Caller]:
     while current is not None:
         code = current.f_code
         if _programs(code.co_filename):
-            found.append(Caller(getattr(code, "co_qualname", code.co_name), code.co_filename, current.f_lineno, dict(current.f_locals)))
+            function = getattr(code, "co_qualname", code.co_name)  # 3.11: the qualified name
+            found.append(Caller(function, code.co_filename, current.f_lineno, dict(current.f_locals)))
         current = current.f_back
     return found
 

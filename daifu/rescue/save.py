@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import linecache
 import os
+import shutil
 import sys
 import threading
 import time
@@ -178,16 +179,20 @@ class _Rescue:
         name, target = self._place()
         partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         partial.mkdir(parents=True)
-        self._doing = f"writing {partial / STATE}"
-        size = _written(partial / STATE, lambda stream: torch.save(found.state, stream))
-        manifest = self._manifest(name, found, size)
-        size += _written(partial / MANIFEST, lambda stream: stream.write(_json(manifest)))
-        _synced(partial)
-        self._doing = f"renaming {partial} to {target}"
-        with self._lock:
-            if self._abandoned:
-                return None
-            os.rename(partial, target)
+        try:
+            self._doing = f"writing {partial / STATE}"
+            size = _written(partial / STATE, lambda stream: torch.save(found.state, stream))
+            manifest = self._manifest(name, found, size)
+            size += _written(partial / MANIFEST, lambda stream: stream.write(_json(manifest)))
+            _synced(partial)
+            self._doing = f"renaming {partial} to {target}"
+            with self._lock:
+                if self._abandoned:
+                    raise TimeoutError("abandoned")
+                os.rename(partial, target)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)  # a half-written rescue is no rescue: leave none
+            raise
         _synced(target.parent)
         if target.name != name:  # a shard: the leader names every rank's
             self._job_manifest(target.parent, manifest)
@@ -246,8 +251,10 @@ class _Rescue:
         more = f" and {len(found.objects) - 6} more" if len(found.objects) > 6 else ""
         where = ", ".join(f"{name}={found.position[name]}" for name in found.loop[:4])
         lost = "; ".join(f"{u['what']} ({u['why']})" for u in found.unsaved[:3])
-        say(f"rescue: {names or 'no object'}{more}{f' at {where}' if where else ''} saved to {target} "
-            f"({size_text(size)}); load it with daifu.rescued(){f'; not saved: {lost}' if lost else ''}; {self.subject.then}")
+        at = f" at {where}" if where else ""
+        missing = f"; not saved: {lost}" if lost else ""
+        say(f"rescue: {names or 'no object'}{more}{at} saved to {target} ({size_text(size)}); "
+            f"load it with daifu.rescued(){missing}; {self.subject.then}")
 
 
 def _written(path: Path, write: Callable[[Any], Any]) -> int:
@@ -287,9 +294,9 @@ def size_text(count: int) -> str:
     """A size in bytes as people read it: `812 bytes`, `19.8 KB`, `1.3 GB`."""
     if count < 1000:
         return f"{count} bytes"
-    scaled, unit = float(count), "bytes"
+    scaled = float(count)
     for unit in ("KB", "MB", "GB"):
         scaled /= 1000
-        if scaled < 1000:
-            break
-    return f"{scaled:.1f} {unit}"
+        if scaled < 1000 or unit == "GB":
+            return f"{scaled:.1f} {unit}"
+    raise AssertionError("unreachable: the last unit returns")
