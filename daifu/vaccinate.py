@@ -75,6 +75,17 @@ class _Handling:
     def note(self, text: str) -> None:
         record.note(text)
 
+    def unrepaired(self, crash: Crash) -> None:
+        settings = config.settings()
+        if not settings.rescue:
+            return
+        from daifu.rescue import save  # loaded by the first crash nothing repairs
+
+        where = save.after_crash(crash, record.current_number(), settings)
+        if where is not None:
+            record.note(f"{crash.exception_type} in {crash.qualname} not repaired: its trained state is rescued "
+                        f"in {where}")
+
 
 TERMINAL = _Terminal()
 HANDLING = _Handling()
@@ -169,7 +180,18 @@ def _vaccinate(target: Any, caller: FrameType, module: dict[str, Any] | None = N
     inner.__daifu__ = vaccine  # type: ignore[attr-defined]
     record.program_begin()
     _load_crash_path()
+    _arm_signals()
     return target
+
+
+def _arm_signals() -> None:
+    """Install the handlers of the `rescue_on` signals now, and again whenever `configure()` changes
+    them; `daifu.rescue.signals` loads only for a program that asks for them."""
+    if config.settings().rescue_on or "daifu.rescue.signals" in sys.modules:
+        from daifu.rescue import signals
+
+        signals.arm()
+    config.watch(_arm_signals)
 
 
 _CRASH_PATH = (

@@ -68,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--record", type=Path, help=RECORD_HELP)
     report.add_argument("number", type=int, nargs="?", help="its number in `daifu show` (default: the last)")
     report.set_defaults(handler=_report)
+    rescue = commands.add_parser(
+        "rescue", help="list the rescues of runs nothing repaired, or describe one",
+        description="List the rescues (the trained state saved when a crash was not repaired, or at a signal).",
+    )
+    rescue.add_argument("--workspace", type=Path, help="the workspace folder (default: the one in effect)")
+    rescue.add_argument("number", type=int, nargs="?", help="its number in the list: describe it and how to load it")
+    rescue.set_defaults(handler=_rescue)
     serve = commands.add_parser("serve", help="serve the repair bot over HTTP", description="Serve the repair bot.")
     serve.add_argument("--backend", choices=("rules", "openai"), default="rules", help="who diagnoses (default: rules)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
@@ -194,6 +201,12 @@ def _report(args: argparse.Namespace) -> int:
         print()
         print(_call_text(answer, f"answer {number} of {len(calls)}" if len(calls) > 1 else "the answer"))
     return 0
+
+
+def _rescue(args: argparse.Namespace) -> int:
+    from daifu.cli import rescue
+
+    return rescue.main(args.workspace or config.settings().workspace, args.number)
 
 
 def _folder(record_path: Path | None) -> Path:

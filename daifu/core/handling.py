@@ -66,7 +66,9 @@ class RepairContext:
 
 
 class Handling(Protocol):
-    """What the runtime needs from the layers above: settings, a decision for a crash, and a record of it."""
+    """What the runtime needs from the layers above: settings, a decision for a crash, and a record of
+    it; and, for a crash nothing repaired, a last word before its exception goes on (`unrepaired`: the
+    rescue of what it held). None of them may raise: the user's exception must go on unchanged."""
 
     def settings(self) -> Settings: ...
 
@@ -75,3 +77,5 @@ class Handling(Protocol):
     def decide(self, crash: Crash, context: RepairContext) -> tuple[Decision, str]: ...
 
     def note(self, text: str) -> None: ...
+
+    def unrepaired(self, crash: Crash) -> None: ...

@@ -343,11 +343,20 @@ class Vaccine:
         return crash
 
     def _repair(self, error: BaseException, frame: FrameType, live: _Live, crashed_at: float) -> Handover | None:
-        """Ask for decisions until one can be carried out; `None` means give up (Raise)."""
-        from daifu.core.decisions import Raise
-
+        """Ask for decisions until one can be carried out; `None` means give up (Raise): the one place
+        where a described crash's exception goes on, so the layers above may rescue what it held first."""
         tried: list[tuple[str, str]] = []
         crash = self._describe(error, frame, live, tried)
+        handover = self._decided(crash, live, tried, crashed_at)
+        if handover is None:
+            self.handling.unrepaired(crash)
+        return handover
+
+    def _decided(self, crash: Crash, live: _Live, tried: list[tuple[str, str]], crashed_at: float) -> Handover | None:
+        """The hand-over of the first decision that can be carried out, or `None` (Raise, no progress,
+        every decision refused)."""
+        from daifu.core.decisions import Raise
+
         handling = self.handling
         settings = handling.settings()
         limit = settings.max_attempts
