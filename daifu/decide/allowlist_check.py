@@ -786,4 +786,5 @@ def plain_template(node: ast.expr) -> bool:
         fields = list(string.Formatter().parse(node.value))
     except ValueError:
         return False
-    return all(name is None or (_PLAIN_FIELD.fullmatch(name) and "{" not in (spec or "")) for _, name, spec, _ in fields)
+    return all(name is None or (_PLAIN_FIELD.fullmatch(name) is not None and "{" not in (spec or ""))
+               for _, name, spec, _ in fields)

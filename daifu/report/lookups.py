@@ -195,7 +195,7 @@ def _is_key(place: _Place, node: ast.AST, key: Any) -> bool:
     return known and type(value) is type(key) and value == key
 
 
-def _mapping_lookup(place: _Place, node: ast.expr, mapping: Mapping[Any, Any], key: Any) -> Lookup:
+def _mapping_lookup(place: _Place, node: ast.expr, mapping: dict[Any, Any], key: Any) -> Lookup:
     keys = [k for k in itertools.islice(mapping, _SCANNED) if type(k) in _KEYS]
     secret = looks_like_environment(mapping)
     shown = [] if secret else _closest(keys, key, lambda k: str(k))

@@ -43,8 +43,9 @@ def _reduced(view: View) -> Iterator[GeneratedRepair | None]:
             continue
         receiver = call.func.value
         text = edits.text(view, receiver)
+        head = edits.text(view, call.func).rsplit(".", 1)[0]  # the receiver as written, in its own parentheses
         for suffix, evidence, why in _reductions(view, receiver):
-            yield make.changed(view, edits.replace(view, [(receiver, edits.atom(view, receiver) + suffix)]),
+            yield make.changed(view, edits.replace(view, [(call.func, f"{head}{suffix}.item")]),
                                f"`{text}` has more than one element, and `.item()` needs one: {why}.", FAMILY, evidence)
 
 

@@ -104,21 +104,20 @@ def _numbered_apart(a: str, b: str) -> bool:
 
 def _renamed(view: View, lookup: Lookup) -> Iterator[GeneratedRepair | None]:
     """An attribute or a name replaced by the nearest one the object or the scope holds."""
-    if lookup.kind == "attribute":
-        nodes: list[ast.expr] = [n for n in view.walk() if isinstance(n, ast.Attribute) and n.attr == lookup.wanted
-                                 and edits.text(view, n.value) == lookup.expression]
-    else:
-        nodes = view.name_nodes(lookup.wanted)
+    attributes = [n for n in view.walk() if isinstance(n, ast.Attribute) and n.attr == lookup.wanted
+                  and edits.text(view, n.value) == lookup.expression] if lookup.kind == "attribute" else []
+    names = view.name_nodes(lookup.wanted) if lookup.kind == "name" else []
+    nodes: list[ast.expr] = [*attributes, *names]
     needs = [usage.expected(view, node) for node in nodes]
-    needed = None if any(n is None for n in needs) else set.intersection(*needs) if needs else None  # type: ignore[arg-type]
+    needed = None if not needs or any(n is None for n in needs) else set.intersection(*(n for n in needs if n))
     new = nearest(lookup.wanted, lookup.kinds, needed, lookup.suggestion)
     if not nodes or new is None:
         return
-    if isinstance(nodes[0], ast.Attribute):
-        changes = [(n, f"{edits.text(view, n.value)}.{new}") for n in nodes if isinstance(n, ast.Attribute)]
+    changes: list[tuple[ast.AST, str]] = [(n, f"{edits.text(view, n.value)}.{new}") for n in attributes]
+    changes += [(n, new) for n in names]
+    if attributes:
         said = f"`{lookup.expression}` ({lookup.type}) has no attribute `{lookup.wanted}`; it has `{new}`"
     else:
-        changes = [(n, new) for n in nodes]
         said = f"No name `{lookup.wanted}` is defined here; `{new}` is"
     kind = lookup.kinds.get(new, "")
     yield make.changed(view, edits.replace(view, changes),
@@ -187,7 +186,8 @@ def _format_field(view: View, node: ast.AST, lookup: Lookup) -> tuple[ast.Consta
     return None
 
 
-def _format(view: View, lookup: Lookup, wanted: str, template: ast.Constant, opening: str) -> Iterator[GeneratedRepair | None]:
+def _format(view: View, lookup: Lookup, wanted: str, template: ast.Constant,
+            opening: str) -> Iterator[GeneratedRepair | None]:
     written = edits.text(view, template)
     field = re.compile(re.escape(opening + wanted) + (r"(?=[}:!.\[])" if opening == "{" else r"(?=\))"))
     if len(field.findall(written)) == 0:
