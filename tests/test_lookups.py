@@ -575,3 +575,22 @@ def test_the_report_names_the_object_looked_in_and_what_it_holds() -> None:
     assert (attribute.kind, attribute.expression, attribute.wanted, attribute.names[0]) == (
         "attribute", "settings", "warmup_step", "warmup_steps")
     assert attribute.kinds["warmup_steps"] == "int" and "hunter2" not in attribute.model_dump_json()
+
+
+def describe_epoch(stats):
+    return "accuracy {val_acc:.3f} loss {loss:.3f}".format(**stats)
+
+
+def train_describing(log):
+    for epoch in range(2):
+        stats = {"acc_val": 0.5 + epoch / 4, "loss": 1.0 - epoch / 4}
+        log.append(describe_epoch(stats))
+
+
+def test_a_lookup_that_fails_in_a_callee_is_repaired_there() -> None:
+    found, _ = generate(report(train_describing, []))
+    (candidate,) = [c for c in found if c.family == "lookups"]
+    assert (candidate.kind, candidate.target) == ("patch_function", "sys.modules['tests.test_lookups'].describe_epoch")
+    namespace: dict[str, Any] = {}
+    exec(compile(textwrap.dedent(candidate.code), __file__, "exec"), namespace)
+    assert namespace["describe_epoch"]({"acc_val": 0.75, "loss": 0.25}) == "accuracy 0.750 loss 0.250"
