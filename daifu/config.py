@@ -56,6 +56,9 @@ class Settings:
     remote_deadline: with `approve="remote"`, seconds the process waits for a person's decision.
     remote_fallback: what it does then — `raise` (the exception goes on) or `auto` (the verified
         automatic repair of `approve="auto"`).
+    pass_over: what an automatic repair may pass over at its site in the run (`daifu.core.account`)
+        before automatic repairs there stop — `batch` (the crashed batch's own samples, once), a whole
+        number of samples, or `unlimited`.
     """
 
     mode: str = "interactive"
@@ -69,6 +72,7 @@ class Settings:
     trial_memory: int | None = None
     remote_deadline: float = 3600.0
     remote_fallback: str = "raise"
+    pass_over: str = "batch"
 
 
 _ENV = {
@@ -83,6 +87,7 @@ _ENV = {
     "trial_memory": "DAIFU_TRIAL_MEMORY",
     "remote_deadline": "DAIFU_REMOTE_DEADLINE",
     "remote_fallback": "DAIFU_REMOTE_FALLBACK",
+    "pass_over": "DAIFU_PASS_OVER",
 }
 _given: dict[str, Any] = {}
 _policy: list[Callable[..., Any] | None] = [None]
@@ -122,11 +127,25 @@ def _checked(name: str, value: Any, source: str) -> Any:
             raise ConfigError(f"{source} has value {value!r}: it must be a number of seconds above 0, "
                               f"at most {MAX_REMOTE_DEADLINE:.0f} (a week).")
         return seconds
+    if name == "pass_over":
+        return _pass_over(value, source)
     if name == "workspace":
         return Path(value)
     if name == "bot_url" and value is not None and not str(value).startswith(("http://", "https://")):
         raise ConfigError(f"{source} has value {value!r}: not an http(s) URL.")
     return value
+
+
+PASS_OVER_WORDS = ("batch", "unlimited")
+
+
+def _pass_over(value: Any, source: str) -> str:
+    """`batch`, `unlimited`, or a whole number of samples (as text: the setting is one type)."""
+    text = str(value).strip().lower()
+    if text in PASS_OVER_WORDS or (text.isdigit() and not isinstance(value, bool)):
+        return str(int(text)) if text.isdigit() else text
+    raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(PASS_OVER_WORDS)}, "
+                      "nor a whole number of samples.")
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

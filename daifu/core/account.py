@@ -68,11 +68,11 @@ class Firing:
 
 @dataclass(frozen=True)
 class Budget:
-    """How much a repair may pass over before automatic repairs of its site stop (`daifu.decide.watch`).
+    """How much the automatic repairs of a site may pass over before they stop (`daifu.decide.watch`).
 
-    samples: at most this many samples in all; `None`: no limit in samples. firings: at most this many
-    firings whose samples cannot be told (when the budget is the crashed batch's own samples and those
-    cannot be told either, a firing is the measure: the crashed batch's, once). text: what a person reads.
+    samples: at most this many samples in all; a firing whose samples cannot be told is allowed once
+    (it cannot be weighed). firings: at most this many firings (`None`: any number). text: what a
+    person reads. The default budget is the crashed batch's own samples, once: `Budget(n, 1)`.
     """
 
     samples: int | None
@@ -81,11 +81,13 @@ class Budget:
 
     def exceeded_by(self, account: Account, firing: Firing) -> bool:
         """Whether `firing`, added to `account`, would pass the budget."""
-        if self.samples is not None and firing.samples is not None and account.samples + firing.samples > self.samples:
+        if self.firings is not None and account.firings + 1 > self.firings:
             return True
-        if firing.samples is None or self.samples is None:
-            return self.firings is not None and account.firings + 1 > self.firings
-        return False
+        if self.samples is None:
+            return False
+        if firing.samples is None:
+            return account.unknown + 1 > 1
+        return account.samples + firing.samples > self.samples
 
 
 @dataclass
@@ -213,6 +215,22 @@ def loop_around(fdef: ast.FunctionDef, path: Path) -> tuple[ast.For | ast.While,
             found = (node, fors)
         fors += isinstance(node, ast.For)
     return found
+
+
+def crashed_batch(source: str, first_lineno: int, lineno: int, namespace: Mapping[str, Any]) -> int | None:
+    """The samples of the batch a crash at file line `lineno` of the function `source` met (its
+    locals `namespace`): those of the innermost loop's target there (`batch_samples`)."""
+    from daifu.core.blocks import annotate, locate
+    from daifu.core.source import parse_function
+
+    try:
+        fdef = parse_function(source, first_lineno)
+    except SyntaxError:
+        return None
+    annotate(fdef)
+    found = locate(fdef.body, lineno, None)
+    around = loop_around(fdef, path_of(found[0])) if found is not None else None
+    return batch_samples(namespace, around[0] if around is not None else None)
 
 
 def batch_samples(namespace: Mapping[str, Any], loop: ast.For | ast.While | None) -> int | None:
