@@ -38,6 +38,7 @@ from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.decide.candidates import Candidate, candidates, rank, with_experience
 from daifu.decide.contract import Person
 from daifu.decide.failure import doing
+from daifu.decide.fold import fold_repeated
 from daifu.decide.verify import Verification
 from daifu.report.build import build_report
 from daifu.report.redact import redact
@@ -59,12 +60,13 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         answer = ask_bot(report, settings.bot_url, deadline=settings.bot_deadline)
     stage = Verification(crash, settings)
     with doing("turning the bot's suggestions into candidate repairs"):
-        found = with_experience(stage, rank(candidates(stage, answer.suggestions)))
+        found = fold_repeated(stage, with_experience(stage, rank(candidates(stage, answer.suggestions))))
     _say_diagnosis(crash, answer)
     chosen: Candidate | None = None
     if settings.approve == "auto" and watch.distrusted(crash):
         present = person is not None and person.present()
-        say_once(f"automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} stopped after one did harm; "
+        say_once(f"automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} stopped earlier in this run "
+                 "(said above): "
                  "asking a person" + ("" if present else " (none at a terminal: the crash raises)"))
         chosen = _ask_person(stage, context, person, answer.diagnosis, found)
     elif settings.approve == "auto":
@@ -93,7 +95,7 @@ def _automatic(stage: Verification, context: RepairContext, found: list[Candidat
     """The verified candidate applied without a person, and the watch of the iterations after it."""
     chosen = stage.first_passing(found, context)
     if chosen is not None:
-        context.watch = watch.start(stage.crash, record.current_number(), chosen.decision)
+        context.watch = watch.start(stage.crash, record.current_number(), chosen.decision, context.settings.pass_over)
     return chosen
 
 
