@@ -110,7 +110,7 @@ def test_a_surgery_that_continues_counts_every_batch_it_passes_over(
     last = later[-1]
     assert (last["samples"], last["steps"], last["plan"], last["optimizer_steps"]) == (passed, 3, 12, 3)
     err = capfd.readouterr().err
-    assert f"continue again: passed over {passed} samples in 3 steps (25% of the plan: 12 iterations)" in err
+    assert f"the `continue` it introduced: passed over {passed} samples in 3 steps (25% of the plan: 12 iterations)" in err
 
 
 def labelled(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
@@ -211,7 +211,7 @@ def test_a_surgery_that_continues_on_every_batch_is_taken_back_past_its_budget(
     with pytest.raises(FloatingPointError, match="Loss is nan, stopping training"):
         daifu.transform(fresh(saturating))(x, y)
     err = capfd.readouterr().err
-    assert "continue again: passed over an unknown number of samples in 1 step (2.5% of the plan: 40 iterations)" in err
+    assert "the `continue` it introduced: passed over an unknown number of samples in 1 step (2.5% of the plan: 40 iterations)" in err
     assert "would pass over more than its budget (the crashed batch, once (its samples cannot be told))" in err
     assert [entry["decision"] for entry in RUN.history] == ["Surgery", "Raise"]
 
@@ -280,3 +280,32 @@ def test_daifu_show_says_what_each_repair_passed_over(tmp_path: Path, capsys: py
     passed = sum(len(batches[i]) for i in bad)
     assert "passed over" in table.splitlines()[0]
     assert f"passed over {passed} samples in 3 steps (25% of the plan: 12 iterations)" in table
+
+
+def shifted_labels(X: torch.Tensor, labels: torch.Tensor) -> nn.Module:
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for i in range(0, 300, 30):
+            x, y = X[i:i + 30], labels[i:i + 30]
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model
+
+
+@pytest.mark.slow
+def test_issue_29s_shifted_labels_are_not_dropped_batch_after_batch(capfd: pytest.CaptureFixture[str]) -> None:
+    """Labels numbered 1..3 into a 3-class loss: the offline bot's repair drops the rows whose label is
+    out of range, which passed its one-iteration trial; on every later batch it drops a class. Past
+    the crashed batch, once, the repair is taken back and the program's own exception goes on."""
+    daifu.configure(mode="automatic", approve="auto")
+    torch.manual_seed(0)
+    X = torch.randn(300, 4)
+    labels = X[:, :3].argmax(1) + 1
+    with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+        daifu.transform(fresh(shifted_labels))(X, labels)
+    err = capfd.readouterr().err
+    assert "rows a changed statement dropped: passed over" in err
+    assert "would pass over more than its budget" in err and "no more automatic repairs there" in err

@@ -38,6 +38,11 @@ Site = tuple[str, str, int]
 """Function, file and line of the crash a repair answered (`Crash.site`): what its account is kept by."""
 
 JUMPS = {ast.Continue: "continue", ast.Break: "break", ast.Return: "return"}
+HOW = {"skip": "a skipped statement", "skip-iteration": "a skipped iteration", "skip-loop": "a loop ended early",
+       "next-item": "an item the loop failed to load", "continue": "the `continue` it introduced",
+       "break": "the `break` it introduced", "return": "the `return` it introduced",
+       "rows": "rows a changed statement dropped"}
+"""What each kind of firing (`Firing.how`) is, in words."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,11 @@ class Firing:
     optimizer_steps: int = 0
     plan: int | None = None
     loop: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def what(self) -> str:
+        """What passed the work over, in words: `the `continue` it introduced`."""
+        return HOW.get(self.how, self.how)
 
     def to_data(self) -> dict[str, Any]:
         return {"how": self.how, "samples": self.samples, "steps": self.steps, "statements": self.statements,

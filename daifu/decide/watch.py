@@ -125,7 +125,7 @@ def _over_budget(account: Account, firing: Firing, limit: Budget) -> str:
     number = account.repairs[-1] if account.repairs else "?"
     spent = account.describe() if account.firings else "passed over nothing yet"
     reason = (f"repair {number} at {account.where} would pass over more than its budget ({limit.text}) "
-              f"with another {firing.how}: it {spent}")
+              f"with {firing.what} once more: it {spent}")
     RUN.watches.pop(account.site[0], None)
     RUN.distrusted.add(account.site)
     message = f"{reason}; no more automatic repairs there (a person decides, or the crash raises)"

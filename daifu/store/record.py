@@ -345,7 +345,7 @@ def passed_over(account: Account, firing: Firing, entry: RepairEntry | None) -> 
         entry.extra["passed_over"] = data
         return
     number = account.repairs[-1] if account.repairs else None
-    say(f"repair {number} at {account.where}: {firing.how} again: {account.describe()}")
+    say(f"repair {number} at {account.where}, {firing.what}: {account.describe()}")
     event = {"event": repairs.PASSED_OVER, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "repair": number,
              "function": account.site[0], "file": account.site[1], "line": account.site[2], "pid": os.getpid(),
              "rank": ranks.rank(), **data}
