@@ -5,7 +5,8 @@ The bot proposes; nothing it proposes touches the run before it is checked:
 1. each suggestion becomes a candidate decision (`daifu.decide.candidates`), checked by the runtime's
    own validation (`daifu.decide.verify`); a suggestion already tried on this crash is not offered again;
 2. candidates are ranked as the bot ranked them, except that those which skip work (a skipped
-   statement or iteration) come last, and a repair verified at the same site before comes first;
+   statement or iteration) come last, and a repair verified at the same site before comes first; an
+   action applied at the same site before is preceded by its fold into one surgery (`daifu.decide.fold`);
 3. `approve="auto"`: each candidate, best first, whose code stays inside the allowlist of code that
    may run unattended, is tried on a sandboxed copy of the run (the verification stage's trial); the
    first whose trial is healthy and keeps the trained state is applied. A candidate that fails its trial is
@@ -20,7 +21,8 @@ The bot proposes; nothing it proposes touches the run before it is checked:
    `approve="remote"`: a person decides on the repair bot service's approval page, seeing each
    candidate's trial verdict, while the process waits (`daifu.decide.remote`).
 
-Every answer and every trial go to the workspace record; the terminal says what was decided.
+Every answer and every trial go to the workspace record; the terminal says what was decided. What an
+automatic repair then passes over is held to the site's budget (`daifu.decide.watch`).
 """
 
 from __future__ import annotations
