@@ -13,15 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-import torch.nn as nn
 
-import daifu
-from daifu.core.decisions import SkipIteration, Surgery
-from daifu.state import RUN
-from repairbot.protocol import Suggestion
-from tests.botfixtures import ScriptedBot, served_scripted_bot
-from tests.copies import fresh
+torch = pytest.importorskip("torch")
+pytest.importorskip("pydantic")  # the repair bot's protocol: the budget and the fold are automatic mode's
+
+import torch.nn as nn  # noqa: E402
+
+import daifu  # noqa: E402
+from daifu.core import trial  # noqa: E402
+from daifu.core.decisions import SkipIteration, Surgery  # noqa: E402
+from daifu.state import RUN  # noqa: E402
+from repairbot.protocol import Suggestion  # noqa: E402
+from tests.botfixtures import ScriptedBot, served_scripted_bot  # noqa: E402
+from tests.copies import fresh  # noqa: E402
+
+pytestmark = pytest.mark.torch
+needs_trials = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no trials here: {trial.unavailable()}")
+"""Automatic mode applies what a trial passed: without trials it applies other repairs."""
 
 
 def recorded(workspace: Path) -> list[dict[str, Any]]:
@@ -156,6 +164,7 @@ def bot() -> Iterator[tuple[ScriptedBot, str]]:
         yield served
 
 
+@needs_trials
 def test_an_automatic_skip_past_its_budget_is_refused_and_the_original_exception_goes_on(
     bot: tuple[ScriptedBot, str], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -172,6 +181,7 @@ def test_an_automatic_skip_past_its_budget_is_refused_and_the_original_exception
     assert "no more automatic repairs there" in err
 
 
+@needs_trials
 def test_the_budget_is_a_setting(bot: tuple[ScriptedBot, str], monkeypatch: pytest.MonkeyPatch) -> None:
     scripted, url = bot
     scripted.suggestions = [Suggestion(kind="skip_iteration", explanation="a bad batch", confidence=0.5)]
@@ -194,6 +204,7 @@ def saturating(x: torch.Tensor, y: torch.Tensor) -> int:
     return steps
 
 
+@needs_trials
 def test_a_surgery_that_continues_on_every_batch_is_taken_back_past_its_budget(
     bot: tuple[ScriptedBot, str], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -229,6 +240,7 @@ def embed(batches: list[torch.Tensor]) -> float:
     return total
 
 
+@needs_trials
 def test_an_action_that_would_repeat_at_each_crash_is_folded_into_one_surgery(
     bot: tuple[ScriptedBot, str], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -249,6 +261,7 @@ def test_an_action_that_would_repeat_at_each_crash_is_folded_into_one_surgery(
     assert "except IndexError:" in RUN.history[-1]["code"]
 
 
+@needs_trials
 def test_an_action_that_cannot_be_folded_says_it_repeats(
     bot: tuple[ScriptedBot, str], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -296,6 +309,7 @@ def shifted_labels(X: torch.Tensor, labels: torch.Tensor) -> nn.Module:
 
 
 @pytest.mark.slow
+@needs_trials
 def test_issue_29s_shifted_labels_are_not_dropped_batch_after_batch(capfd: pytest.CaptureFixture[str]) -> None:
     """Labels numbered 1..3 into a 3-class loss: the offline bot's repair drops the rows whose label is
     out of range, which passed its one-iteration trial; on every later batch it drops a class. Past

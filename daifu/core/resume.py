@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import gc
 import os
+from collections import ChainMap
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -452,7 +453,7 @@ class Vaccine:
                 if plan is not plans[-1] or not plan.version.holds_change(here.path):
                     _compiles(plan.version)
             code, resume_point = self._continuation(here.version, here.path, mode, flavour, namespace)
-            self._count(self._passed_over(here, mode, before, namespace), crash, flavour, entry)
+            self._count(self._firings(here, mode, before, namespace), crash, flavour, entry)
         except (RepairRefused, CannotResume, SyntaxError) as refusal:  # SyntaxError: a surgery's new statements
             from daifu.core.actions import undo
 
@@ -482,6 +483,16 @@ class Vaccine:
         if flavour is Flavour.WATCHED:
             self.helpers.watching = watch
         return self._handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
+
+    def _firings(self, here: Site, mode: Mode, before: dict[str, Any], namespace: dict[str, Any]) -> list[Firing]:
+        """What a decision carried out at a crash passes over (`_passed_over`); none, said as DaiFu's
+        failure, when reading it fails: counting never costs the repair."""
+        try:
+            return self._passed_over(here, mode, before, namespace)
+        except Exception as internal:
+            warnings.warn(f"DaiFu could not count what a repair of {self.qualname} passed over: {internal!r}",
+                          RuntimeWarning, 2)
+            return []
 
     @staticmethod
     def _passed_over(here: Site, mode: Mode, before: dict[str, Any], namespace: dict[str, Any]) -> list[Firing]:
@@ -523,7 +534,7 @@ class Vaccine:
         real run, judged and recorded by the layers above first (`RepairRefused` past the budget)."""
         if not firings:
             return
-        account = self._account(crash)
+        account = self._account(crash)  # what a decision passes over is counted in its site's account
         for firing in firings:
             if flavour is Flavour.TRIAL:
                 account.add(firing)
@@ -536,24 +547,31 @@ class Vaccine:
         """Called by a surgery's probe (`daifu.core.account.Probe`): count what it passes over in the
         account of the repair that introduced it. In the real run the layers above judge it first; past
         the budget the surgery's version is taken back (`_take_back`): the original statements run
-        instead, and the original exception raises again where it did."""
+        instead, and the original exception raises again where it did. A failure of DaiFu's own here
+        is said as DaiFu's, and the program goes on as the surgery made it."""
         from daifu.core.account import account_of, dropped_rows, probe, probe_firing
 
-        version = self.units.get(id(frame.f_code))
-        if version is None:
+        try:
+            version = self.units.get(id(frame.f_code))
+            if version is None:
+                return
+            found = probe(number)
+            namespace = ChainMap(frame.f_locals, frame.f_globals)
+            dropped = dropped_rows(before, namespace) if before is not None else 0
+            firing = probe_firing(found, version.fdef, path, namespace, dropped)
+            if firing is None:
+                return
+            account = account_of(found.site, found.where)
+            trial = sys.modules.get("daifu.core.trial")
+            if trial is not None and trial.active():
+                account.add(firing)  # the copy counts; it never judges, records or takes anything back
+                return
+            stop = self.handling.passed_over(account, firing, None)
+        except Exception as internal:  # a bug of ours must never become the program's exception
+            warnings.warn(f"DaiFu could not count what a repair of {self.qualname} passed over: {internal!r}",
+                          RuntimeWarning, 2)
             return
-        found = probe(number)
-        namespace = frame.f_locals
-        dropped = dropped_rows(before, {**frame.f_globals, **namespace}) if before is not None else 0
-        firing = probe_firing(found, version.fdef, path, namespace, dropped)
-        if firing is None:
-            return
-        account = account_of(found.site, found.where)
-        trial = sys.modules.get("daifu.core.trial")
-        if trial is not None and trial.active():
-            account.add(firing)  # the copy counts; it never judges, records or takes anything back
-            return
-        if self.handling.passed_over(account, firing, None) is not None:
+        if stop is not None:
             self._take_back(found.surgery, found.undo, version, path, frame, cells, before or {})
 
     def _take_back(self, surgery: str, undo: str, version: Version, path: Path, frame: FrameType, cells: Any,
