@@ -62,6 +62,9 @@ class Settings:
         goes on as without it.
     rescue_on: the signals (`SIGTERM`, `SIGUSR1`...) that take a rescue at the next statement of a
         vaccinated function, then have their usual effect (`daifu.rescue.signals`); none by default.
+    pass_over: what an automatic repair may pass over at its site in the run (`daifu.core.account`)
+        before automatic repairs there stop — `batch` (the crashed batch's own samples, once), a whole
+        number of samples, or `unlimited`.
     """
 
     mode: str = "interactive"
@@ -78,6 +81,7 @@ class Settings:
     rescue: bool = True
     rescue_seconds: float = 120.0
     rescue_on: tuple[str, ...] = ()
+    pass_over: str = "batch"
 
 
 _ENV = {
@@ -95,6 +99,7 @@ _ENV = {
     "rescue": "DAIFU_RESCUE",
     "rescue_seconds": "DAIFU_RESCUE_SECONDS",
     "rescue_on": "DAIFU_RESCUE_ON",
+    "pass_over": "DAIFU_PASS_OVER",
 }
 _given: dict[str, Any] = {}
 _policy: list[Callable[..., Any] | None] = [None]
@@ -138,6 +143,8 @@ def _checked(name: str, value: Any, source: str) -> Any:
             raise ConfigError(f"{source} has value {value!r}: it must be a number of seconds above 0, "
                               f"at most {MAX_REMOTE_DEADLINE:.0f} (a week).")
         return seconds
+    if name == "pass_over":
+        return _pass_over(value, source)
     if name == "workspace":
         return Path(value)
     if name == "bot_url" and value is not None and not str(value).startswith(("http://", "https://")):
@@ -174,6 +181,18 @@ def _signals(value: Any, source: str) -> tuple[str, ...]:
             raise ConfigError(f"{source} has value {value!r}: {name} is not a signal a program can catch here.")
         found.append(name)
     return tuple(dict.fromkeys(found))
+
+
+PASS_OVER_WORDS = ("batch", "unlimited")
+
+
+def _pass_over(value: Any, source: str) -> str:
+    """`batch`, `unlimited`, or a whole number of samples (as text: the setting is one type)."""
+    text = str(value).strip().lower()
+    if text in PASS_OVER_WORDS or (text.isdigit() and not isinstance(value, bool)):
+        return str(int(text)) if text.isdigit() else text
+    raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(PASS_OVER_WORDS)}, "
+                      "nor a whole number of samples.")
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -30,6 +30,7 @@ from daifu.core.source import SourceUnavailable, function_source
 from daifu.store import record
 
 if TYPE_CHECKING:
+    from daifu.core.account import Account, Firing
     from daifu.core.crash import Crash
     from daifu.core.decisions import Decision
     from daifu.decide.candidates import Candidate
@@ -85,6 +86,11 @@ class _Handling:
         if where is not None:
             record.note(f"{crash.exception_type} in {crash.qualname} not repaired: its trained state is rescued "
                         f"in {where}")
+
+    def passed_over(self, account: Account, firing: Firing, entry: RepairEntry | None) -> str | None:
+        from daifu.decide import watch
+
+        return watch.passed_over(account, firing, entry)
 
 
 TERMINAL = _Terminal()
