@@ -19,6 +19,7 @@ import daifu
 from daifu.core import trial
 from daifu.core.horizon import IterationFacts
 from daifu.core.trial import Outcome, Verdict
+from tests.copies import fresh
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -31,8 +32,7 @@ F = torch.nn.functional
 RAISE = 'raise FloatingPointError(f"Loss is {loss.item()}, stopping training")'
 
 
-@daifu.transform
-def train_bce(x, y):
+def bce_program(x, y):
     model = nn.Linear(1, 1); opt = torch.optim.SGD(model.parameters(), lr=2.0); steps = 0  # noqa: E702
     for step in range(40):
         p = torch.sigmoid(model(x)).squeeze(1)
@@ -43,14 +43,23 @@ def train_bce(x, y):
     return steps
 
 
-@daifu.transform
-def train_labels(batches):
+def labels_program(batches):
     model = nn.Linear(4, 3); opt = torch.optim.SGD(model.parameters(), lr=0.1)  # noqa: E702
     for x, y in batches:
         out = model(x)
         loss = F.cross_entropy(out, y)
         opt.zero_grad(); loss.backward(); opt.step()  # noqa: E702
     return model
+
+
+def train_bce(x: Any, y: Any) -> int:
+    """The BCE program, vaccinated afresh: a surgery applied by one test stays with its own copy."""
+    return daifu.transform(fresh(bce_program))(x, y)  # type: ignore[no-any-return]
+
+
+def train_labels(batches: list[Any]) -> Any:
+    """The labels program, vaccinated afresh."""
+    return daifu.transform(fresh(labels_program))(batches)
 
 
 def bce_data() -> tuple[Any, Any]:
