@@ -14,12 +14,12 @@ from a batch), the optimizer steps taken (`daifu.core.steps`), the losses and th
 - nothing of the trained state became non-finite or was thrown away;
 - it passes over work in at most `pass_over_budget` iterations (by default 1: the crashed one). An
   iteration in which the repair's code ran and that took fewer optimizer steps than the program's
-  plan passed over work too. The plan is what the iterations past the crash in which the repair's
-  code did not run took; when it ran in each of them, one step an iteration if the program took
-  steps before the crash (`steps_before`);
-- training goes on: if the program took steps before the crash, the iterations past it take some;
-  each loss that was finite before the crash stays finite, and its median over those iterations is
-  not worse than before by more than `LOSS_MARGIN`.
+  own iterations passed over work too: the plan is the fewest steps the iterations past the crash in
+  which the repair's code did not run took. Where it ran in each, the plan is not known and no step
+  is judged: the steps the program took before the crash (`steps_before`) cannot say how many an
+  iteration of this loop takes (a REINFORCE loop steps once an episode, not once a move);
+- training goes on: each loss that was finite before the crash stays finite, and its median over
+  those iterations is not worse than before by more than `LOSS_MARGIN`.
 
 What the copy did not see (a loop that ended, data the copy cannot read, the time spent) is not
 judged at all: never a pass of the unseen part, and the verdict says how far it saw.
@@ -83,17 +83,11 @@ def past(iterations: Iterable[IterationFacts]) -> list[IterationFacts]:
     return [it for it in iterations if it.index >= 1 and it.complete]
 
 
-def planned_steps(iterations: Sequence[IterationFacts], steps_before: int | None) -> int | None:
+def planned_steps(iterations: Sequence[IterationFacts]) -> int | None:
     """The optimizer steps an iteration of the program takes: the fewest taken by the iterations past
-    the crash in which the repair's code did not run; when it ran in each, 1 if the program took steps
-    before the crash; `None` when not known (steps not counted, or none taken before)."""
-    counted = [it for it in past(iterations) if it.steps is not None]
-    own = [it.steps for it in counted if not it.fired and it.steps is not None]
-    if own:
-        return min(own)
-    if counted and steps_before:
-        return 1
-    return None
+    the crash in which the repair's code did not run; `None` when there is none (or steps are not counted)."""
+    own = [it.steps for it in past(iterations) if not it.fired and it.steps is not None]
+    return min(own) if own else None
 
 
 def missing_steps(it: IterationFacts, plan: int | None) -> int:
@@ -104,14 +98,13 @@ def missing_steps(it: IterationFacts, plan: int | None) -> int:
     return max(plan - it.steps, 0)
 
 
-def passing_over(iterations: Sequence[IterationFacts], steps_before: int | None) -> list[IterationFacts]:
+def passing_over(iterations: Sequence[IterationFacts]) -> list[IterationFacts]:
     """The iterations in which the repair passed over work."""
-    plan = planned_steps(iterations, steps_before)
+    plan = planned_steps(iterations)
     return [it for it in iterations if it.passed_over or missing_steps(it, plan)]
 
 
-def judge(iterations: Sequence[IterationFacts], steps_before: int | None, budget: int,
-          losses_before: Mapping[str, float]) -> tuple[str, ...]:
+def judge(iterations: Sequence[IterationFacts], budget: int, losses_before: Mapping[str, float]) -> tuple[str, ...]:
     """Why the iterations a trial saw fail the repair (see the module docstring); `()` when they do not."""
     reasons: list[str] = []
     for it in iterations:
@@ -122,18 +115,13 @@ def judge(iterations: Sequence[IterationFacts], steps_before: int | None, budget
         if it.discarded:
             reasons.append(f"it discards trained state in {_name(it)}: {'; '.join(it.discarded[:2])}")
             break
-    plan = planned_steps(iterations, steps_before)
-    over = passing_over(iterations, steps_before)
+    plan = planned_steps(iterations)
+    over = passing_over(iterations)
     if len(over) > budget:
         allowed = "none is" if budget == 0 else ("1 is (the crashed one)" if budget == 1 else f"{budget} are")
         reasons.append(f"it passes over work in {len(over)} iterations, where {allowed} allowed: "
                        + "; ".join(_passed(it, plan) for it in over[:4]))
-    seen = past(iterations)
-    counted = [it.steps for it in seen if it.steps is not None]
-    if steps_before and len(counted) >= 2 and not any(counted):
-        reasons.append(f"training stopped: no optimizer step in {len(counted)} iterations past the crash, where the "
-                       f"program took {steps_before} before it")
-    reasons += _losses_worse(seen, losses_before)
+    reasons += _losses_worse(past(iterations), losses_before)
     return tuple(reasons)
 
 
@@ -177,7 +165,7 @@ def summary(iterations: Sequence[IterationFacts], ended: str, steps_before: int 
     parts = []
     fired = sum(it.fired for it in iterations)
     parts.append(f"fired {fired} time{'' if fired == 1 else 's'}" if fired else "its code did not run again")
-    over = passing_over(iterations, steps_before)
+    over = passing_over(iterations)
     if over:
         parts.append(f"passed over work in {len(over)}")
     rows = sum(it.rows_dropped for it in iterations)
@@ -185,9 +173,10 @@ def summary(iterations: Sequence[IterationFacts], ended: str, steps_before: int 
         parts.append(f"dropped {rows} rows")
     counted = [it.steps for it in seen if it.steps is not None]
     if counted:
-        plan = planned_steps(iterations, steps_before)
+        plan = planned_steps(iterations)
         taken = sum(counted)
-        parts.append(f"{taken} of {plan * len(counted)} optimizer steps" if plan else f"{taken} optimizer steps")
+        steps = f"{taken} of {plan * len(counted)} optimizer steps" if plan else f"{taken} optimizer steps"
+        parts.append(steps + (f" ({steps_before} before the crash)" if steps_before else ""))
     loss = _loss_change(seen, losses_before)
     if loss:
         parts.append(loss)

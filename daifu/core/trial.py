@@ -125,8 +125,8 @@ class Verdict:
     @property
     def refused(self) -> tuple[str, ...]:
         """Why the iterations the copy saw fail the repair (`daifu.core.horizon.judge`): work passed over
-        past the budget, training stopped or worse, state spoilt on the way; `()` when none."""
-        return judge(self.iterations, self.steps_before, self.budget, self.losses_before)
+        past the budget, a loss gone non-finite or worse, state spoilt on the way; `()` when none."""
+        return judge(self.iterations, self.budget, self.losses_before)
 
     @property
     def passed(self) -> bool:
