@@ -305,7 +305,7 @@ def test_a_trial_that_allocates_past_its_allowance_fails_there() -> None:
     assert verdict.outcome is Outcome.RAISED and "allocate" in verdict.detail, verdict
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # the default run keeps the small ones: peak reported, refused before the fork
 def test_a_trial_of_a_one_gigabyte_model_reports_its_peak_and_is_refused_when_it_does_not_fit() -> None:
     model = nn.Linear(16384, 16384, bias=False)  # 1 GiB of float32 weights
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
