@@ -38,6 +38,7 @@ from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.decide.candidates import Candidate, candidates, rank, with_experience
 from daifu.decide.contract import Person
 from daifu.decide.failure import doing
+from daifu.decide.reruns import describe as describe_reruns
 from daifu.decide.verify import Verification
 from daifu.report.build import build_report
 from daifu.report.redact import redact
@@ -85,6 +86,10 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         return chosen.decision
     if chosen.verdict is not None:
         context.entry.extra["trial"] = chosen.verdict.describe()
+    if chosen.reruns:
+        context.entry.extra["reruns"] = [r.describe() for r in chosen.reruns]
+        say(f"repair at {os.path.basename(stage.crash.filename)}:{stage.crash.lineno}: "
+            f"{describe_reruns(chosen.reruns)}")
     context.note_tried(chosen.decision, "proposed by the repair bot", once=True)  # if the crash comes back,
     return chosen.decision  # the next suggestion is taken
 
@@ -177,4 +182,4 @@ def _suggestion_row(candidate: Candidate) -> dict[str, Any]:
     if not c.checked:
         return {**data, "checked": False}
     return {**data, "valid": c.usable, "reasons": list(c.problems), "unattended": not c.unsafe,
-            "needs_person": list(c.unsafe)}
+            "needs_person": list(c.unsafe), "reruns": [r.describe() for r in c.reruns]}

@@ -19,6 +19,7 @@ from daifu.core.crash import Crash
 from daifu.core.decisions import BadDecision, Decision, Raise, Surgery
 from daifu.core.kinds import KINDS, code_of, from_row, from_wire, kind_of, play_name, target_of, wire_kind
 from daifu.core.trial import Outcome, Verdict
+from daifu.decide.reruns import Rerun, reruns
 from daifu.decide.verify import Verification, unverifiable
 from daifu.report.redact import has_placeholder, restore_lines
 from daifu.say import say_once
@@ -53,6 +54,7 @@ class Candidate:
     stage: Verification | None = field(default=None, repr=False)
     given_problems: tuple[str, ...] | None = None
     given_outside: tuple[str, ...] | None = None
+    given_reruns: list[Rerun] | None = None
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -66,6 +68,13 @@ class Candidate:
         if self.given_outside is None:
             self.given_outside = self.stage.outside_allowlist(self.decision) if self.stage is not None else ()
         return self.given_outside
+
+    @property
+    def reruns(self) -> list[Rerun]:
+        """The statements it runs a second time: a surgery resuming above the crash (`daifu.decide.reruns`)."""
+        if self.given_reruns is None:
+            self.given_reruns = reruns(self.stage.crash, self.decision) if self.stage is not None else []
+        return self.given_reruns
 
     @property
     def unsafe(self) -> tuple[str, ...]:
