@@ -393,7 +393,7 @@ needs_trials = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no t
 
 @pytest.mark.torch
 @pytest.mark.slow
-@pytest.mark.parametrize("fallback", ["raise", "auto"])
+@pytest.mark.parametrize("fallback", ["raise", pytest.param("auto", marks=pytest.mark.e2e)])  # auto: its trials
 def test_past_the_deadline_the_process_falls_back(url: str, tmp_path: Path, fallback: str) -> None:
     with job(url, tmp_path, DAIFU_REMOTE_DEADLINE="3", DAIFU_REMOTE_FALLBACK=fallback) as running:
         repair = running.pending()
