@@ -11,8 +11,8 @@
   read-only, and a write to it ends the trial as *stopped at effect* (`stop_on_write`);
 - **open file descriptions** stay shared: a descriptor inherited from the live run has the same
   offset, so a read by the copy moves the live run's place in the file. `detach_descriptors`
-  re-opens each regular file and folder (through `/proc/self/fd/N`, same access mode and status
-  flags, same offset) and puts the private description at the same number; every other inherited
+  re-opens each regular file and folder (through `/proc/self/fd/N`, same access mode and the
+  flags of how it reads and writes, same offset) and puts the private description at the same number; every other inherited
   descriptor (pipes, sockets, terminals, event and timer descriptors) is *sealed*: its number now
   holds `/dev/null`, and the sandbox refuses reading, writing or closing it, so a `DataLoader`'s queue or
   a process group's socket cannot be read from (a message taken from the live run) or written to.
