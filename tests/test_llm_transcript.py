@@ -147,7 +147,7 @@ def test_a_question_and_the_conversation_go_in_the_one_call_and_the_answer_comes
     assert prompt.index("Paused at line") < prompt.index("Q: why") < prompt.index("now asks")  # the crash once, first
     schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
     assert "answer" in schema["required"] and schema["properties"]["answer"] == {"type": "string"}
-    assert response["answer"] == "The images keep their 8x8 grid: flatten them."
+    assert response["answer"] == "The model (test-model) says, not DaiFu: The images keep their 8x8 grid: flatten them."
     assert response["backend_used"] == "openai"
 
 

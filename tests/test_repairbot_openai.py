@@ -31,7 +31,7 @@ from repairbot.backends.openai import OpenAIBackend, forget_capabilities
 from repairbot.server import start_in_thread
 from tests.fakellm import FakeLLM, Reply, openai_error
 from tests.llmcases import Case, cases
-from tests.replystyles import answer, flat_edit
+from tests.replystyles import answer, diagnosis, flat_edit
 from tests.terminal import child_env
 
 KEY = "sk-test-key-never-shown"
@@ -85,7 +85,7 @@ def test_one_call_carries_the_crash_the_schema_and_a_token_limit(train: Case) ->
     line = train.report.function.lineno
     assert f">>{line:>4}              logits = model(images)" in prompt  # the listing, in file line numbers
     assert "images: Tensor shape=(8, 1, 8, 8)" in prompt and "layers 0: 64->32" in prompt  # values and facts
-    assert "earlier lines do not" in prompt and "keep their old values" in prompt  # resume and skip semantics
+    assert "no line before it does" in prompt and "keep their old values" in prompt  # resume and skip semantics
     assert "DaiFu's offline rules say (tensor_mismatch)" in prompt
     assert sent["response_format"]["type"] == "json_schema" and sent["response_format"]["json_schema"]["strict"]
     assert sent["max_tokens"] == 1200 and sent["temperature"] == 0
@@ -184,7 +184,7 @@ def test_a_rate_limit_is_retried_once(train: Case) -> None:
     with FakeLLM(replies) as llm:
         reply = post(OpenAIBackend(base_url=llm.url, model="test-model"), train.report).json()
     assert reply["backend_used"] == "openai" and len(llm.requests) == 2
-    assert "retried once after a failed attempt" in reply["notes"]
+    assert "retried once after HTTP 429, a moment later" in reply["notes"]
 
 
 def test_persistent_server_errors_are_retried_once_then_fall_back(train: Case) -> None:
@@ -247,7 +247,10 @@ def test_diagnose_makes_the_same_single_call(train: Case) -> None:
         reply = post(OpenAIBackend(base_url=llm.url, model="test-model"), train.report, "diagnose").json()
     assert len(llm.requests) == 1 and reply["backend_used"] == "openai"
     assert reply["diagnosis"]["culprit"]["lineno"] == train.report.function.lineno
-    assert reply["diagnosis"]["explanation"].startswith("The images are 4-D")
+    assert (
+        reply["diagnosis"]["explanation"]
+        == f"The model (test-model) says, not DaiFu: {diagnosis(train)['explanation']}"
+    )
 
 
 def test_the_service_calls_the_model_once_for_concurrent_identical_reports(train: Case) -> None:

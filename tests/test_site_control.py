@@ -11,7 +11,9 @@ and compares the result with a plain run of the loop written the right way:
 - a statement that only prints fails on a key the bookkeeping lacks: it is skipped, the training is
   the same as without it;
 - the last batch holds one sample, which BatchNorm refuses in training: that iteration is passed over,
-  the same training as `drop_last=True`.
+  the same training as `drop_last=True`;
+- a statement that fails on every batch (a bug, not bad data): its batches are not passed over one
+  after another (the budget of what a site may pass over, and the trial's horizon, stop it).
 """
 
 # ruff: noqa: E402
@@ -168,13 +170,37 @@ def test_a_print_that_fails_is_skipped_and_training_is_unchanged(automatic) -> N
 
 def test_a_batch_of_one_into_batch_norm_is_passed_over_like_drop_last(automatic) -> None:
     model, optimizer = model_and_optimizer()
-    steps = daifu.transform(fresh(fit))(model, optimizer, data.DataLoader(Shards(9, bad=None), batch_size=4), 2)
+    steps = daifu.transform(fresh(fit))(model, optimizer, data.DataLoader(Shards(9, bad=None), batch_size=4), 1)
 
     repairs = automatic()
     assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [
         ("ValueError", "SkipIteration", "bot")
-    ] * 2
+    ]
     plain_model, plain_optimizer = model_and_optimizer()
     dropped = data.DataLoader(Shards(9, bad=None), batch_size=4, drop_last=True)
-    assert steps == fit(plain_model, plain_optimizer, dropped, 2) == 4
+    assert steps == fit(plain_model, plain_optimizer, dropped, 1) == 2
     assert same_parameters(model, plain_model)
+
+
+def fit_misshapen(model, optimizer, batches):
+    steps = 0
+    for features, labels in batches:
+        wide = torch.cat([features, features[:, :1]], dim=1)
+        loss = F.cross_entropy(model(wide), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        steps += 1
+    return steps
+
+
+def test_a_fault_of_every_batch_is_not_passed_over_batch_after_batch(automatic) -> None:
+    """The statement fails on every batch (a bug, not bad data): passing over the first batch is offered, and
+    what it passes over must not grow batch after batch; the run ends with the program's own exception."""
+    model, optimizer = model_and_optimizer()
+    good = Shards(16, bad=None)
+    batches = [(good.x[i : i + 4], good.y[i : i + 4]) for i in range(0, 16, 4)]
+    with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
+        daifu.transform(fresh(fit_misshapen))(model, optimizer, batches)
+    skipped = [r for r in automatic() if r["decision"] == "SkipIteration"]
+    assert len(skipped) <= 1

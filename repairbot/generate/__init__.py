@@ -18,6 +18,14 @@ One module per family of edits, each with `propose(view)`:
 - `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
   dicts indexed by a key;
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy;
+- `leaves`: an in-place change of a leaf that requires grad (`w.clamp_`, `w -= lr * w.grad`) made in
+  `torch.no_grad()` (or on `.data`);
+- `lookups`: from the live object a failed lookup looked in (the report's `lookups`): the nearest key,
+  attribute or name holding the kind of value the place needs, `setdefault`/`.get` for a missing entry of
+  a mapping that keeps the run's accounts, an index one past the end of a list of settings clamped, a
+  reported quotient by zero guarded;
+- `elements`: `.item()` on many elements (`.sum()` of a comparison, `.mean()` of a per-sample value),
+  `None` placeholders left out of the tensors `torch.cat` joins;
 - `constraints`: a distribution's argument mapped into its constraint (`softmax` for a simplex, `logits=`);
 - `memory`: out of memory — the faulty call re-run on chunks of its batch;
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
@@ -35,7 +43,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 
-from repairbot.generate import constraints, control, dtypes, graph, memory, numbers, shapes, site_control, structure
+from repairbot.generate import (
+    constraints,
+    control,
+    dtypes,
+    elements,
+    graph,
+    leaves,
+    lookups,
+    memory,
+    numbers,
+    shapes,
+    site_control,
+    structure,
+)
 from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import FunctionSite, View, sites
 from repairbot.protocol import CrashReport
@@ -50,6 +71,9 @@ FAMILIES: list[tuple[Family, str]] = [
     (dtypes.propose, "tensor_mismatch"),
     (shapes.propose, "tensor_mismatch"),
     (graph.propose, "api_misuse"),
+    (leaves.propose, "api_misuse"),
+    (lookups.propose, "api_misuse"),
+    (elements.propose, "api_misuse"),
     (constraints.propose, "api_misuse"),
     (memory.propose, "out_of_memory"),
     (control.propose, "exceptional_data"),
