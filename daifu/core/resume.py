@@ -687,11 +687,6 @@ class Vaccine:
         register_source(filename, new.first_lineno, new.source)
         return plan
 
-<<<<<<< HEAD
-    def check(self, decision: Decision, site: Site, namespace: dict[str, Any] | None = None) -> str | None:
-        """Why `decision` would be refused at `site` (with the crashed frame's `namespace`), or `None`;
-        changes nothing (a dry run).
-=======
     def _probe(self, new: Version, site: Site) -> None:
         """Give a surgery's version `new` of `site.version` its probes, before any of its code is built."""
         from daifu.core.account import find_probes
@@ -702,9 +697,9 @@ class Vaccine:
         new.probes = find_probes(old.fdef, old.lines, old.probes, new.fdef, new.lines, new.first_lineno,
                                  key, where, new.source, old.source)
 
-    def check(self, decision: Decision, site: Site) -> str | None:
-        """Why `decision` would be refused at `site`, or `None`; changes nothing (a dry run).
->>>>>>> main
+    def check(self, decision: Decision, site: Site, namespace: dict[str, Any] | None = None) -> str | None:
+        """Why `decision` would be refused at `site` (with the crashed frame's `namespace`), or `None`;
+        changes nothing (a dry run).
 
         The steps of several plays are checked in order, each surgery against the previous one's version.
         """
