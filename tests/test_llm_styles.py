@@ -249,16 +249,21 @@ def test_the_prompt_says_an_edit_above_the_crash_reruns_the_lines_between(tmp_pa
     assert repairs and repairs[-1]["decision"].startswith("Surgery")
 
 
-def test_the_repair_says_which_statements_run_a_second_time(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    """An edit above the crash with an append between: the terminal and the record name the statements that
-    run again (whether such a repair needs a person is the automatic-approval rule's business)."""
+def test_a_repair_that_would_append_a_second_time_needs_a_person(tmp_path: Path,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    """An edit above the crash with an append between: unattended, it is not applied (the append would run a
+    second time), the terminal says which statement and why, the record names the statements that would run
+    again, and the run ends as without DaiFu: the original exception, the list appended to once."""
     seen: list[int] = []
-    _above(llmabove.average_counting, tmp_path, llmabove.BATCHES, seen)
+    with pytest.raises(RuntimeError, match="mean"):
+        _above(llmabove.average_counting, tmp_path, llmabove.BATCHES, seen)
+    assert seen == [3]
     source, first = inspect.getsourcelines(llmabove.average_counting)
     append = first + next(i for i, text in enumerate(source) if "seen.append" in text)
     err = capfd.readouterr().err
-    said = next(line for line in err.splitlines() if "run a second time" in line)
-    assert f"line {append} `seen.append(len(batch))`" in said and "float32" in said, said
+    said = next(line for line in err.splitlines() if "without a person" in line)
+    assert "resumes above the crash" in said and f"line {append} calls `seen.append`" in said, said
     rows = [json.loads(line) for line in (tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()]
     model_rows = [s for s in rows[-1]["suggestions"] if s.get("origin") == "model"]
     assert any(f"line {append} `seen.append(len(batch))`" in r for r in model_rows[0]["reruns"])
+    assert any("seen.append" in why for why in model_rows[0]["needs_person"])

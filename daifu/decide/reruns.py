@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from daifu.core.blocks import COMPOUND, Path, block_of, child_blocks, locate, path_of
 from daifu.core.crash import Crash
@@ -25,10 +25,13 @@ from daifu.core.version import Version, build_version
 @dataclass(frozen=True)
 class Rerun:
     """A statement of the new source that runs a second time: its file line and its text (a compound
-    statement's header only)."""
+    statement's header only). node: the statement; whole: whether all of it runs again (else only the
+    header of the compound statement the crash is in)."""
 
     lineno: int
     text: str
+    node: ast.stmt | None = field(default=None, compare=False, repr=False)
+    whole: bool = True
 
     def describe(self) -> str:
         return f"line {self.lineno} `{self.text}`"
@@ -52,7 +55,8 @@ def reruns(crash: Crash, decision: Decision) -> list[Rerun]:
         return []
     target = counterpart(old.lines, new.lines, crash.first_lineno, crash.lineno)
     return [
-        Rerun(node.lineno, new.statement_text(node, header_only=isinstance(node, COMPOUND)).splitlines()[0])
+        Rerun(node.lineno, new.statement_text(node, header_only=isinstance(node, COMPOUND)).splitlines()[0], node,
+              not node.lineno < target <= (node.end_lineno or node.lineno))
         for node in _between(new.fdef, path, target)
     ]
 
