@@ -41,6 +41,7 @@ from daifu.core.compiling import future_flags, make_function, qualified, registe
 from daifu.core.guard import Handover, is_passed, mark_passed
 from daifu.core.handling import Handling, RepairContext, RepairEntry
 from daifu.core.helpers import Helpers
+from daifu.core.iterators import finished_generator
 from daifu.core.locate import column, raising_instruction
 from daifu.core.names import bound_names
 from daifu.core.rewrite import CannotResume, Flavour, Mode
@@ -391,7 +392,7 @@ class Vaccine:
             attempt=previous.attempt + 1 if previous is not None else 1,
             frame=frame,
             tried=tried,
-            check=lambda decision: self.check(decision, site),
+            check=lambda decision: self.check(decision, site, live.namespace),
             trial=lambda decision, seconds=None, horizon=None: self.trial(decision, crash, live, seconds, horizon),
             globals=frame.f_globals,
         )
@@ -504,6 +505,7 @@ class Vaccine:
                     bound.append(self._run_action(step.code, here.version, namespace, live))
                 elif not isinstance(step, (Retry, Patch)):
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
+            _loop_goes_on(here, mode, namespace)
             if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
                 mode = self._leaving(site, here, mode, namespace)
             if flavour is Flavour.PLAIN and watch is not None:
@@ -702,13 +704,7 @@ class Vaccine:
         return Mode.ABOVE
 
     def _retry_mode(self, site: Site, namespace: dict[str, Any]) -> Mode:
-        node = site.node
-        if site.header and _kind(node) == "for":
-            fdef, path = site.version.fdef, site.path
-            depth = sum(path[i] == "body" and _kind(node_at(fdef, path[:i])) == "for" for i in range(1, len(path), 2))
-            if namespace.get(f"@it{depth}") is not None:
-                return Mode.LOOP_NEXT
-        return Mode.AT
+        return Mode.LOOP_NEXT if _loop_iterator(site, namespace) is not None else Mode.AT
 
     def _skip_mode(self, site: Site) -> Mode:
         if site.header and _kind(site.node) in ("for", "while"):
@@ -755,8 +751,9 @@ class Vaccine:
         new.probes = find_probes(old.fdef, old.lines, old.probes, new.fdef, new.lines, new.first_lineno,
                                  key, where, new.source, old.source)
 
-    def check(self, decision: Decision, site: Site) -> str | None:
-        """Why `decision` would be refused at `site`, or `None`; changes nothing (a dry run).
+    def check(self, decision: Decision, site: Site, namespace: dict[str, Any] | None = None) -> str | None:
+        """Why `decision` would be refused at `site` (with the crashed frame's `namespace`), or `None`;
+        changes nothing (a dry run).
 
         The steps of several plays are checked in order, each surgery against the previous one's version.
         """
@@ -764,6 +761,9 @@ class Vaccine:
 
         here, planned, mode = site, 0, Mode.AT
         try:
+            steps = decision.steps if isinstance(decision, Plays) else (decision,)
+            if namespace is not None and not any(isinstance(s, (Skip, SkipIteration, Surgery)) for s in steps):
+                _loop_goes_on(site, self._retry_mode(site, namespace), namespace)
             for step in decision.steps if isinstance(decision, Plays) else (decision,):
                 if isinstance(step, Surgery):
                     plan = self._plan(step.source, here, len(self.versions) + planned, probed=False)
@@ -981,6 +981,24 @@ class Vaccine:
 def _def_lines(fdef: ast.FunctionDef) -> tuple[int, ...]:
     """Where a function's definition starts: its decorators' lines and its `def` line."""
     return (*(decorator.lineno for decorator in fdef.decorator_list), fdef.lineno)
+
+
+def _loop_iterator(site: Site, namespace: dict[str, Any]) -> Any:
+    """The iterator of the `for` loop whose header raised at `site` (`None`: not a `for` header, or no
+    iterator made yet): the one a retry asks for its next item."""
+    if not (site.header and _kind(site.node) == "for"):
+        return None
+    fdef, path = site.version.fdef, site.path
+    depth = sum(path[i] == "body" and _kind(node_at(fdef, path[:i])) == "for" for i in range(1, len(path), 2))
+    return namespace.get(f"@it{depth}")
+
+
+def _loop_goes_on(site: Site, mode: Mode, namespace: dict[str, Any]) -> None:
+    """Refuse to ask a loop's iterator for its next item when it is (or asks) a generator that finished
+    when it raised: the loop would end at once, passing over all it had left (`daifu.core.iterators`)."""
+    if mode is Mode.LOOP_NEXT and finished_generator(_loop_iterator(site, namespace)):
+        raise RepairRefused("the loop's iterator is (or reads from) a generator that ended when it raised: asking "
+                            "it for its next item would end the loop, passing over all it had left")
 
 
 def _compiles(version: Version) -> None:

@@ -13,7 +13,8 @@ each computes the same values from the same inputs and touches nothing else, and
 
 What is known to compute only is an allowlist: the numeric libraries' pure functions
 (`daifu.decide.allowlist_numeric`) less the random ones, the computing methods of tensors and arrays
-less in-place and random ones, a few builtins, and calling a model that is in evaluation mode or holds
+less in-place and random ones, a few builtins, the context managers of autograd's mode (`torch.no_grad`),
+and calling a model that is in evaluation mode or holds
 no module of those kinds (its `forward` is the program's code, judged by what it is built of: the
 cautious reading of every custom forward would refuse nearly every repair above a model call).
 Unattended (`approve="auto"`), a repair whose re-run statements do any of this needs a person.
@@ -33,6 +34,7 @@ from typing import Any
 
 from daifu.core.names import bound_names
 from daifu.decide.allowlist_numeric import pure_objects, tensor_methods
+from daifu.decide.allowlist_tables import CONTEXT_MANAGERS
 from daifu.decide.reruns import Rerun
 
 PURE_BUILTINS = frozenset(
@@ -51,7 +53,7 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
     the crashed frame's `names` and its function's `module` globals."""
     problems: list[str] = []
     before: set[str] = set()
-    known = _Known(pure_objects(), tensor_methods())
+    known = _Known(pure_objects(), tensor_methods(), _grad_modes())
     writes = [bound_names(r.node, imports=False) if r.node is not None else set() for r in found]
     for index, rerun in enumerate(found):
         if rerun.node is None:
@@ -95,10 +97,12 @@ def _walk(root: ast.AST) -> Iterator[ast.AST]:
 @dataclass(frozen=True)
 class _Known:
     """What is known to compute only, read once for a judgement: the numeric libraries' pure functions (by
-    identity) and the computing methods of tensors and arrays (by name)."""
+    identity), the computing methods of tensors and arrays (by name), and the grad-mode context managers
+    (by identity)."""
 
     pure: dict[int, str]
     methods: frozenset[str]
+    modes: frozenset[int]
 
 
 def _effects(root: ast.AST, names: Mapping[str, Any], module: Mapping[str, Any], fresh: set[str],
@@ -127,7 +131,7 @@ def _call(call: ast.Call, names: Mapping[str, Any], module: Mapping[str, Any], k
     if value is not _MISSING:
         if isinstance(function, ast.Name) and value is getattr(builtins, function.id, None):
             return None if function.id in PURE_BUILTINS else f"calls `{text}`"
-        if id(value) in known.pure:
+        if id(value) in known.pure or id(value) in known.modes:
             return None
         model = _model_effect(value)
         if model is not None:
@@ -144,6 +148,16 @@ def _call(call: ast.Call, names: Mapping[str, Any], module: Mapping[str, Any], k
             if method in known.methods:
                 return None
     return f"calls `{text}`, which DaiFu cannot tell only computes"
+
+
+def _grad_modes() -> frozenset[int]:
+    """The context managers that set autograd's or autocast's mode for a block (`CONTEXT_MANAGERS`), by
+    identity: entering one again changes nothing but that mode, which the block leaves as it found it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return frozenset()
+    names = vars(torch)
+    return frozenset(id(names[path.split(".", 1)[1]]) for path in CONTEXT_MANAGERS if path.split(".", 1)[1] in names)
 
 
 def _resolve(node: ast.expr, names: Mapping[str, Any], module: Mapping[str, Any]) -> Any:

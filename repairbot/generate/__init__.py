@@ -29,7 +29,10 @@ One module per family of edits, each with `propose(view)`:
 - `constraints`: a distribution's argument mapped into its constraint (`softmax` for a simplex, `logits=`);
 - `memory`: out of memory — the faulty call re-run on chunks of its batch;
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
-  make the missing folder of a write.
+  make the missing folder of a write;
+- `site_control`: passing over chosen by what the faulty statement is, whatever the message: the next
+  item of a loader that could not make one, the skip of a statement that only reports, the skip of an
+  iteration whose data the statement fails on (each refused by a trial that sees it fire again).
 
 `generate(report)` returns the candidates; `repairbot.generate.rank.ranked` orders them with the
 rules' suggestions.
@@ -51,6 +54,7 @@ from repairbot.generate import (
     memory,
     numbers,
     shapes,
+    site_control,
     structure,
 )
 from repairbot.generate.candidate import GeneratedRepair
@@ -73,6 +77,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (constraints.propose, "api_misuse"),
     (memory.propose, "out_of_memory"),
     (control.propose, "exceptional_data"),
+    (site_control.propose, "exceptional_data"),
 ]
 CATEGORIES = {family.__module__.rsplit(".", 1)[-1]: category for family, category in FAMILIES}
 
