@@ -262,3 +262,16 @@ def test_where_a_data_loaders_workers_cannot_be_read_from_the_copy_the_verdict_s
     assert verdict.passed and [it.index for it in verdict.iterations] == [0], verdict.describe()
     assert "the loop's next item could not be read in the copy" in verdict.ended
     assert "no iteration past the crash" in verdict.describe() and "sealed in the copy" in verdict.describe()
+
+
+def test_a_loss_is_judged_against_the_crashed_iteration_as_the_repair_left_it() -> None:
+    from daifu.core.horizon import judge
+
+    def facts(*losses: float) -> tuple[IterationFacts, ...]:
+        return tuple(IterationFacts(index, fired=1, losses={"loss": loss}) for index, loss in enumerate(losses))
+
+    # the program's phase changed at the crash (eight augmented views): the loss before it is no reference
+    assert judge(facts(2.9, 2.8, 2.9, 2.7), 1, {"loss": 0.76}) == ()
+    worse = judge(facts(2.9, 5.0, 6.0, 7.0), 1, {"loss": 0.76})
+    assert len(worse) == 1 and "`loss` got worse: 2.9 at the crash, 6 over the 3 iterations past it" in worse[0]
+    assert "became nan" in judge(facts(0.5, 0.4, float("nan")), 1, {"loss": 0.6})[0]

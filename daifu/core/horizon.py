@@ -19,7 +19,10 @@ from a batch), the optimizer steps taken (`daifu.core.steps`), the losses and th
   is judged: the steps the program took before the crash (`steps_before`) cannot say how many an
   iteration of this loop takes (a REINFORCE loop steps once an episode, not once a move);
 - training goes on: each loss that was finite before the crash stays finite, and its median over
-  those iterations is not worse than before by more than `LOSS_MARGIN`.
+  those iterations is not worse by more than `LOSS_MARGIN` than at the end of the crashed iteration as
+  the repair left it (or, without one, than before the crash). Not than before the crash itself: a
+  crash often comes where the program changes phase (eight augmented views from step 60, a longer
+  context), and the loss before it belongs to the phase before.
 
 What the copy did not see (a loop that ended, data the copy cannot read, the time spent) is not
 judged at all: never a pass of the unseen part, and the verdict says how far it saw.
@@ -121,7 +124,9 @@ def judge(iterations: Sequence[IterationFacts], budget: int, losses_before: Mapp
         allowed = "none is" if budget == 0 else ("1 is (the crashed one)" if budget == 1 else f"{budget} are")
         reasons.append(f"it passes over work in {len(over)} iterations, where {allowed} allowed: "
                        + "; ".join(_passed(it, plan) for it in over[:4]))
-    reasons += _losses_worse(past(iterations), losses_before)
+    crashed = next((it.losses for it in iterations if it.index == 0), {})
+    reference = {name: crashed.get(name, value) for name, value in losses_before.items()}
+    reasons += _losses_worse(past(iterations), reference)
     return tuple(reasons)
 
 
@@ -134,11 +139,11 @@ def _losses_worse(seen: Sequence[IterationFacts], losses_before: Mapping[str, fl
             continue
         if not all(math.isfinite(value) for value in values):
             reasons.append(f"`{name}` became {next(v for v in values if not math.isfinite(v))} past the crash "
-                           f"(it was {before:.4g} before it)")
+                           f"(it was {before:.4g})")
             continue
         median = statistics.median(values)
         if median > before + relative * abs(before) + absolute:
-            reasons.append(f"`{name}` got worse: {before:.4g} before the crash, {median:.4g} over the "
+            reasons.append(f"`{name}` got worse: {before:.4g} at the crash, {median:.4g} over the "
                            f"{len(values)} iterations past it (median)")
     return reasons
 
