@@ -264,7 +264,7 @@ def test_where_a_data_loaders_workers_cannot_be_read_from_the_copy_the_verdict_s
     assert "no iteration past the crash" in verdict.describe() and "sealed in the copy" in verdict.describe()
 
 
-def test_a_loss_is_judged_against_the_crashed_iteration_as_the_repair_left_it() -> None:
+def test_a_loss_is_judged_against_the_crashed_iteration_as_the_repair_left_it_too() -> None:
     from daifu.core.horizon import judge
 
     def facts(*losses: float) -> tuple[IterationFacts, ...]:
@@ -275,3 +275,4 @@ def test_a_loss_is_judged_against_the_crashed_iteration_as_the_repair_left_it() 
     worse = judge(facts(2.9, 5.0, 6.0, 7.0), 1, {"loss": 0.76})
     assert len(worse) == 1 and "`loss` got worse: 2.9 at the crash, 6 over the 3 iterations past it" in worse[0]
     assert "became nan" in judge(facts(0.5, 0.4, float("nan")), 1, {"loss": 0.6})[0]
+    assert judge(facts(0.2, 1.0, 1.1), 1, {"loss": 2.0}) == ()  # better than before the crash: not worse

@@ -19,10 +19,10 @@ from a batch), the optimizer steps taken (`daifu.core.steps`), the losses and th
   is judged: the steps the program took before the crash (`steps_before`) cannot say how many an
   iteration of this loop takes (a REINFORCE loop steps once an episode, not once a move);
 - training goes on: each loss that was finite before the crash stays finite, and its median over
-  those iterations is not worse by more than `LOSS_MARGIN` than at the end of the crashed iteration as
-  the repair left it (or, without one, than before the crash). Not than before the crash itself: a
-  crash often comes where the program changes phase (eight augmented views from step 60, a longer
-  context), and the loss before it belongs to the phase before.
+  those iterations is not worse by more than `LOSS_MARGIN` than both before the crash and at the end
+  of the crashed iteration as the repair left it: a crash often comes where the program changes
+  phase (eight augmented views from step 60, a longer context), and the loss before it belongs to
+  the phase before.
 
 What the copy did not see (a loop that ended, data the copy cannot read, the time spent) is not
 judged at all: never a pass of the unseen part, and the verdict says how far it saw.
@@ -125,7 +125,8 @@ def judge(iterations: Sequence[IterationFacts], budget: int, losses_before: Mapp
         reasons.append(f"it passes over work in {len(over)} iterations, where {allowed} allowed: "
                        + "; ".join(_passed(it, plan) for it in over[:4]))
     crashed = next((it.losses for it in iterations if it.index == 0), {})
-    reference = {name: crashed.get(name, value) for name, value in losses_before.items()}
+    reference = {name: max(value, crashed.get(name, value)) if math.isfinite(crashed.get(name, value)) else value
+                 for name, value in losses_before.items()}
     reasons += _losses_worse(past(iterations), reference)
     return tuple(reasons)
 
