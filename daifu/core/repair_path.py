@@ -10,7 +10,8 @@ What a trial counts for each kind of decision (`daifu.core.horizon` judges the c
   the new and changed statements of the new version, a changed compound statement's header), counted
   line by line by a trace function on the new version's code only (`LineCounter`). Its `continue`,
   `break` and `return` statements pass over the rest of the iteration, or of the loop; a statement of
-  it that rebinds a local to one with fewer rows passes over those rows.
+  it that rebinds a local from itself to one with fewer rows (`x, y = x[keep], y[keep]`) passes over
+  those rows (a local bound from other values, a chunk or the next episode's, drops nothing).
 
 A row is an item of the first dimension of anything with a `shape` (a tensor, an array).
 """
@@ -94,8 +95,8 @@ class Changed:
 
     filename: the new version's file name (`file (surgery N)`). lines: the file lines of its statements
     (of a changed compound statement, its header's). passing: the lines of its `continue`, `break` and
-    `return` statements, with what they are. binds: the names each of its simple statements binds, by
-    the statement's first line, with its last line.
+    `return` statements, with what they are. binds: the names each of its simple statements binds from
+    their own values (reads and binds), by the statement's first line, with its last line.
     """
 
     filename: str
@@ -127,7 +128,8 @@ def changed(running: str, source: str, first_lineno: int, filename: str) -> Chan
                 if isinstance(node, kind):
                     passing[node.lineno + offset] = f"{word} at line {node.lineno + offset}"
             if isinstance(node, ast.stmt) and not hasattr(node, "body"):
-                names = tuple(sorted(bound_names(node, imports=False)))
+                read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                names = tuple(sorted(bound_names(node, imports=False) & read))
                 if names:
                     binds[node.lineno + offset] = (names, (node.end_lineno or node.lineno) + offset)
     return Changed(filename, frozenset(lines), passing, binds)
