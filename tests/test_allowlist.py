@@ -502,7 +502,10 @@ def test_every_rules_suggestion_on_the_rules_tests_crashes_is_admitted(name: str
     assert found, name
     for candidate in found:
         verdict = check_suggestion(candidate.suggestion, context, getattr(candidate.decision, "source", None))
-        assert verdict.ok and not candidate.unsafe, (name, candidate.kind, candidate.code, verdict.reasons)
+        assert verdict.ok, (name, candidate.kind, candidate.code, verdict.reasons)
+        # a surgery above the crash may re-run a random draw of these toy programs: that needs a person by
+        # another judgement (`daifu.decide.rerun_effects`); the allowlist itself admits every suggestion
+        assert all(why.startswith("it resumes above the crash") for why in candidate.unsafe), candidate.unsafe
 
 
 def save_into(folder):

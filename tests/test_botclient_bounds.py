@@ -154,6 +154,7 @@ def test_the_deadline_is_a_validated_setting(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.setenv("DAIFU_BOT_DEADLINE", bad)
         with pytest.raises(ConfigError, match=f"DAIFU_BOT_DEADLINE has value '{bad}'"):
             settings()
+    monkeypatch.delenv("DAIFU_BOT_DEADLINE")  # before any teardown reads the settings
 
 
 def test_training_goes_on_past_a_trickling_bot(tmp_path: Path) -> None:

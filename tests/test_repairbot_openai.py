@@ -91,7 +91,9 @@ def test_one_call_carries_the_crash_the_schema_and_a_token_limit(train: Case) ->
     assert sent["max_tokens"] == 1200 and sent["temperature"] == 0
     assert llm.headers[0]["authorization"] == f"Bearer {KEY}"
     assert reply["backend_used"] == "openai" and KEY not in json.dumps(reply)
-    assert [s["origin"] for s in reply["suggestions"]] == ["model"]  # the rules engine's flatten is the same repair
+    assert [(s["origin"], s["kind"]) for s in reply["suggestions"]][:1] == [("model", "surgery")]
+    assert [s["kind"] for s in reply["suggestions"] if s["origin"] == "rules"] == ["skip_iteration"]  # the rules
+    # engine's flatten is the same repair as the model's; its last resort (site_control) is kept behind it
 
 
 def test_the_callee_and_past_attempts_are_in_the_prompt(crashes: dict[str, Case]) -> None:

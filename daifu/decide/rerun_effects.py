@@ -46,6 +46,11 @@ _RANDOM = re.compile(r"rand|dropout|normal|bernoulli|multinomial|poisson|gumbel|
                      r"uniform|exponential|geometric|cauchy|sample", re.IGNORECASE)
 """Names of functions and methods that draw random numbers."""
 _MISSING = object()
+_DRAWS = ", which draws random numbers: they come out different the second time"
+"""Said of a random draw run again; the statement a repair changes is judged without it: a fix where a
+value is made has to make the value again, random or not (the program's random stream is one draw on)."""
+_CONSTRUCTORS = ("tensor", "as_tensor", "from_numpy")
+"""torch's functions that make a tensor from the values given, beside its operators."""
 
 
 def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[str, Any]) -> list[str]:
@@ -67,7 +72,8 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
             problems.append(f"line {rerun.lineno} reads {', '.join(f'`{n}`' for n in stale)}, which the repeated "
                             "statements already changed")
         for root in roots:
-            problems += [f"line {rerun.lineno} {why}" for why in _effects(root, names, module, before, known)]
+            problems += [f"line {rerun.lineno} {why}" for why in _effects(root, names, module, before, known)
+                         if index > 0 or not why.endswith(_DRAWS)]
         before |= writes[index]
     return list(dict.fromkeys(problems))
 
@@ -126,7 +132,7 @@ def _call(call: ast.Call, names: Mapping[str, Any], module: Mapping[str, Any], k
     function = call.func
     if isinstance(function, ast.Attribute) and _RANDOM.search(function.attr) or \
             isinstance(function, ast.Name) and _RANDOM.search(function.id):
-        return f"calls `{text}`, which draws random numbers: they come out different the second time"
+        return f"calls `{text}`{_DRAWS}"
     value = _resolve(function, names, module)
     if value is not _MISSING:
         if isinstance(function, ast.Name) and value is getattr(builtins, function.id, None):
@@ -152,12 +158,14 @@ def _call(call: ast.Call, names: Mapping[str, Any], module: Mapping[str, Any], k
 
 def _grad_modes() -> frozenset[int]:
     """The context managers that set autograd's or autocast's mode for a block (`CONTEXT_MANAGERS`), by
-    identity: entering one again changes nothing but that mode, which the block leaves as it found it."""
+    identity: entering one again changes nothing but that mode, which the block leaves as it found it;
+    and torch's constructors of a tensor from given values (`_CONSTRUCTORS`)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return frozenset()
     names = vars(torch)
-    return frozenset(id(names[path.split(".", 1)[1]]) for path in CONTEXT_MANAGERS if path.split(".", 1)[1] in names)
+    found = [path.split(".", 1)[1] for path in CONTEXT_MANAGERS] + list(_CONSTRUCTORS)
+    return frozenset(id(names[name]) for name in found if name in names)
 
 
 def _resolve(node: ast.expr, names: Mapping[str, Any], module: Mapping[str, Any]) -> Any:
