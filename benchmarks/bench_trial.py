@@ -1,6 +1,6 @@
 """What a trial costs: time and memory, by model size, with the model private or in shared memory.
 
-    python benchmarks/bench_trial.py [--sizes 10MB,1GB] [--shared] [--repeats 3]
+    python benchmarks/bench_trial.py [--sizes 10MB,1GB] [--shared] [--repeats 3] [--horizon 5]
 
 For each size, a one-layer model of that many bytes of float32 parameters trains with SGD; its
 loop crashes at the loss (labels of the wrong shape), and a policy tries the fix on a copy of the
@@ -17,6 +17,13 @@ run before applying it. Printed side by side, medians over the repeats:
   a step rewrites every parameter and makes every gradient, so about twice the model;
 - estimate: what DaiFu estimated before forking (`daifu.core.trial_memory.estimate`), plus the
   shared memory the copy copies when there is room for it (`daifu.core.isolate`).
+
+Each size is measured twice: with a horizon of 0 (the copy ends with the crashed iteration) and of
+`--horizon` iterations past it (`daifu.core.horizon`; the trial's time is not what stops it here). The
+second table gives what the horizon adds: the trial with it, the iterations the copy saw past the
+crash, and per iteration of horizon the trial's extra time ((trial with it - trial without) / iterations)
+and the median time of one such iteration in the copy (its step, the health check of every parameter
+and gradient at its end, the line counting of the repair's code).
 
 `--shared` calls `model.share_memory()` first (Hogwild-style): the copy then copies the model out of
 shared memory before it runs, and its time shows what that costs.
@@ -56,12 +63,12 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer, batches: list[Any]
         timings.append(time.perf_counter() - started)
 
 
-def measure(size: str, repeats: int, shared: bool) -> dict[str, float]:
+def measure(size: str, repeats: int, shared: bool, horizon: int) -> dict[str, float]:
     model, optimizer = make(SIZES[size])
     if shared:
         model.share_memory()
     side = model.in_features
-    good = [(torch.randn(4, side), torch.randn(4, side)) for _ in range(2)]
+    good = [(torch.randn(4, side), torch.randn(4, side)) for _ in range(max(horizon, 1) + 1)]
     bad = (torch.randn(4, side), torch.randn(4, side + 1))  # labels of the wrong shape
     verdicts: list[daifu.Verdict] = []
     walls: list[float] = []
@@ -73,16 +80,19 @@ def measure(size: str, repeats: int, shared: bool) -> dict[str, float]:
         shared = sum(region.size for region in isolate.shared_writable() if region.copyable)
         estimates.append(trial_memory.estimate(health.inventory(watched), watched).total + shared)
         started = time.perf_counter()
-        verdicts.append(crash.trial(decision, 600.0))
+        verdicts.append(crash.trial(decision, 600.0, horizon=horizon))
         walls.append(time.perf_counter() - started)
         return decision
 
     daifu.set_policy(policy)
     timings: list[float] = []
     for _ in range(repeats):
-        train(model, optimizer, [*good, bad, *good], timings)
+        train(model, optimizer, [*good[:2], bad, *good], timings)
     assert all(v.passed for v in verdicts), [v.describe() for v in verdicts]
+    past = [it.seconds for v in verdicts for it in v.iterations if it.index >= 1]
     return {
+        "seen": statistics.median(sum(1 for it in v.iterations if it.index >= 1) for v in verdicts),
+        "past_ms": statistics.median(past) * 1000 if past else 0.0,
         "iteration_ms": statistics.median(timings) * 1000,
         "fork_ms": statistics.median(v.fork_ms for v in verdicts),
         "copy_ms": statistics.median(v.seconds * 1000 for v in verdicts),
@@ -97,16 +107,25 @@ def main() -> None:
     parser.add_argument("--sizes", default="10MB,1GB")
     parser.add_argument("--shared", action="store_true", help="the model in shared memory (model.share_memory())")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--horizon", type=int, default=5, help="iterations past the crashed one the copy runs")
     args = parser.parse_args()
     torch.manual_seed(0)
     warnings.filterwarnings("ignore", message="Using a target size")  # the crash's own warning
     size = trial_memory.size
     print(f"{'model':>12}  {'iteration':>10}  {'fork':>8}  {'in copy':>10}  {'trial':>10}  {'peak':>9}  {'estimate':>9}")
+    ahead = []
     for name in args.sizes.split(","):
-        found = measure(name, args.repeats, args.shared)
+        found = measure(name, args.repeats, args.shared, 0)
         label = f"{name} shared" if args.shared else name
         print(f"{label:>12}  {found['iteration_ms']:>7.1f} ms  {found['fork_ms']:>5.1f} ms  {found['copy_ms']:>7.1f} ms"
               f"  {found['trial_ms']:>7.1f} ms  {size(int(found['peak'])):>9}  {size(int(found['estimate'])):>9}")
+        ahead.append((label, found, measure(name, args.repeats, args.shared, args.horizon)))
+    print(f"\nwith a horizon of {args.horizon} iterations past the crashed one:")
+    print(f"{'model':>12}  {'trial':>10}  {'seen':>5}  {'per iteration':>13}  {'one in copy':>11}  {'peak':>9}")
+    for label, without, found in ahead:
+        per = (found["trial_ms"] - without["trial_ms"]) / max(found["seen"], 1)
+        print(f"{label:>12}  {found['trial_ms']:>7.1f} ms  {found['seen']:>5.0f}  {per:>10.1f} ms  "
+              f"{found['past_ms']:>8.1f} ms  {size(int(found['peak'])):>9}")
 
 
 if __name__ == "__main__":

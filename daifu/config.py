@@ -51,6 +51,11 @@ class Settings:
     workspace: the folder for workspace files and the JSON-lines record.
     max_trials: candidate repairs tried on a sandboxed copy of the run, per crash, at most.
     trial_seconds: the time one trial may take before it is stopped.
+    trial_iterations: the iterations past the crashed one a trial's copy runs (its horizon), within
+        `trial_seconds`: fewer when the next would not end in the time left, or the loop ends.
+    pass_over_budget: in how many of the iterations a trial sees a repair may pass over work (a skip,
+        a surgery's `continue`, rows dropped from a batch, an optimizer step not taken) and pass: by
+        default 1, the crashed one.
     trial_memory: the memory one trial may take, in bytes (given as `2GB`, `512MiB` or a number);
         `None`: what the machine has free. A trial that may need more is not started.
     remote_deadline: with `approve="remote"`, seconds the process waits for a person's decision.
@@ -75,6 +80,8 @@ class Settings:
     workspace: Path = Path("daifu_workspace")
     max_trials: int = 8
     trial_seconds: float = 5.0
+    trial_iterations: int = 5
+    pass_over_budget: int = 1
     trial_memory: int | None = None
     remote_deadline: float = 3600.0
     remote_fallback: str = "raise"
@@ -93,6 +100,8 @@ _ENV = {
     "workspace": "DAIFU_WORKSPACE",
     "max_trials": "DAIFU_MAX_TRIALS",
     "trial_seconds": "DAIFU_TRIAL_SECONDS",
+    "trial_iterations": "DAIFU_TRIAL_ITERATIONS",
+    "pass_over_budget": "DAIFU_PASS_OVER_BUDGET",
     "trial_memory": "DAIFU_TRIAL_MEMORY",
     "remote_deadline": "DAIFU_REMOTE_DEADLINE",
     "remote_fallback": "DAIFU_REMOTE_FALLBACK",
@@ -110,7 +119,7 @@ def _checked(name: str, value: Any, source: str) -> Any:
         raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(MODES)}.")
     if name == "approve" and value not in APPROVALS:
         raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(APPROVALS)}.")
-    if name in ("max_attempts", "max_trials"):
+    if name in ("max_attempts", "max_trials", "trial_iterations", "pass_over_budget"):
         try:
             number = int(value)
         except (TypeError, ValueError):

@@ -32,6 +32,13 @@ needs_trials = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no t
 """Automatic mode applies what a trial passed: without trials it applies other repairs."""
 
 
+@pytest.fixture(autouse=True)
+def _trials_of_the_crashed_iteration_only() -> None:
+    """These tests are of what the real run counts and budgets; a trial's horizon
+    (`tests/test_trial_horizon.py`) would refuse most of their repairs before the run applies them."""
+    daifu.configure(trial_iterations=0)
+
+
 def recorded(workspace: Path) -> list[dict[str, Any]]:
     """Every line of `repairs.jsonl`: the repairs and what they passed over later."""
     path = workspace / "repairs.jsonl"

@@ -290,10 +290,11 @@ def test_a_repair_that_spoils_the_run_later_is_reported_and_automatic_repairs_th
     model, optimizer, batches = small_run()
     batches = [b * 0.1 for b in batches * 3]
     batches[1] = torch.randn(8, 5)
-    # passes its one-iteration trial, then the run diverges: the watch sees it within 3 iterations
+    # passes a trial that ends with the crashed iteration (a horizon of 0: the horizon refuses it,
+    # tests/test_trial_horizon.py), then the run diverges: the watch sees it within 3 iterations
     url, stop = start_in_thread(backend=OneSuggestion("action", "x = x[:, :4]\nscale = 1e18"))
     try:
-        daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
+        daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws", trial_iterations=0)
 
         @daifu.transform
         def train(model, optimizer, batches):

@@ -10,11 +10,17 @@ became locals, plus what the new run reads. A surgery's version learns both from
 (`build_version(like=...)`) instead of compiling the whole new function before the run resumes;
 the new statements are compiled with the code the run resumes in (`Vaccine._prepare` checks that
 they are in it).
+
+Which statements of a new version are the change's own (`statement_changes`) is read here too: the
+allowlist judges them, and a trial counts each time they run (`daifu.core.repair_path`).
 """
 
 from __future__ import annotations
 
 import ast
+import copy
+import difflib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from daifu.core.blocks import COMPOUND, Path, block_of, child_blocks
@@ -176,3 +182,56 @@ def run_reads(change: Change, locals_: set[str]) -> tuple[tuple[str, int | None]
         for node in ast.walk(statement)
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in locals_
     )
+
+
+# -- which statements of a new version changed ------------------------------------------------------
+
+BODIES = ("body", "orelse", "finalbody")
+
+
+def statement_changes(old: list[ast.stmt], new: list[ast.stmt]) -> Iterator[tuple[ast.stmt, bool]]:
+    """Each new or changed statement of `new` over `old`, and each compound statement whose header changed over a counterpart (whole, flagged `True`) before the changes in its bodies: the
+    statements a surgery's own code is made of (`daifu.decide.allowlist` judges them; a trial counts when
+    they run, `daifu.core.repair_path`)."""
+    matcher = difflib.SequenceMatcher(None, [ast.dump(s) for s in old], [ast.dump(s) for s in new], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        unmatched = list(old[i1:i2])
+        for statement in new[j1:j2]:
+            twin = next((o for o in unmatched if type(o) is type(statement) and is_compound(o)), None)
+            if twin is None:
+                yield statement, False
+                continue
+            unmatched.remove(twin)
+            yield from _changed_compound(twin, statement)
+
+
+def is_compound(node: ast.stmt) -> bool:
+    """Whether `node` holds statements (a body or handlers)."""
+    return any(isinstance(getattr(node, name, None), list) and getattr(node, name) for name in ("body", "handlers"))
+
+
+def _changed_compound(old: ast.stmt, new: ast.stmt) -> Iterator[tuple[ast.stmt, bool]]:
+    if ast.dump(header_only(old)) != ast.dump(header_only(new)):
+        yield new, True
+    for name in BODIES:
+        yield from statement_changes(getattr(old, name, None) or [], getattr(new, name, None) or [])
+    old_handlers, new_handlers = getattr(old, "handlers", []), getattr(new, "handlers", [])
+    for index, handler in enumerate(new_handlers):
+        before = old_handlers[index].body if index < len(old_handlers) else []
+        yield from statement_changes(before, handler.body)
+
+
+def header_only(node: ast.stmt) -> ast.stmt:
+    """`node` with every body emptied to `pass`: what is left is its header (and its handlers' types)."""
+    shallow = copy.copy(node)
+    for name in BODIES:
+        if getattr(shallow, name, None):
+            setattr(shallow, name, [ast.Pass(lineno=node.lineno, col_offset=0)])
+    if getattr(shallow, "handlers", None):
+        shallow.handlers = [  # type: ignore[attr-defined]
+            ast.ExceptHandler(type=h.type, name=h.name, body=[ast.Pass()], lineno=h.lineno, col_offset=0)
+            for h in shallow.handlers  # type: ignore[attr-defined]
+        ]
+    return shallow

@@ -119,3 +119,17 @@ class Helpers:
         from daifu.core import trial  # loaded already: only a trial's continuation calls this
 
         trial.iteration_over(sys._getframe(1))
+
+    @staticmethod
+    def trial_iteration() -> None:
+        """An iteration of a trial past the interrupted one starts (trial continuations only)."""
+        from daifu.core import trial
+
+        trial.iteration_started(sys._getframe(1))
+
+    @staticmethod
+    def trial_loop_end() -> None:
+        """The loop a trial looks along is over (trial continuations only)."""
+        from daifu.core import trial
+
+        trial.loop_over(sys._getframe(1))

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from daifu.core import steps
 from daifu.core.blocks import Path, locate, node_at, path_of, with_depth
 from daifu.core.compiling import future_flags, make_function, qualified, register_source
 from daifu.core.guard import Handover, is_passed, mark_passed
@@ -115,6 +116,22 @@ class _Live:
         return _Live(self.site, dict(self.namespace), self.cells, self.shared)
 
 
+@dataclass(frozen=True)
+class _Trying:
+    """In a trial's copy, the decision tried: the crash it was tried for, its site, and where the run
+    resumed after it (in a surgery's new version)."""
+
+    decision: Decision
+    crash: Crash
+    site: Site
+    resumed: Site
+
+
+def _encloses(loop: Path, path: Path) -> bool:
+    """Whether the loop statement at `loop` holds the statement at `path` in its body."""
+    return len(path) > len(loop) + 1 and path[: len(loop)] == loop and path[len(loop)] == "body"
+
+
 def _user_view(namespace: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in namespace.items() if not name.startswith("@")}
 
@@ -158,6 +175,7 @@ class Vaccine:
         self.helpers = Helpers(self.crash, self.switch, self.compiled, self.fired)
         self._lock = threading.RLock()
         self._stub: CodeType | None = None  # the function's code while it waits for its fast path (`_install`)
+        self._trying: _Trying | None = None  # in a trial's copy only: the decision tried, and where
         # Whether a continuation compiled for a site may be a segment (`_continuation`); the
         # differential test turns it off to check the continuations that hold the whole rest.
         self.segmented = True
@@ -170,6 +188,7 @@ class Vaccine:
             # A surgery keeps the signature: its stub is this one, renamed, not compiled on its restore path.
             self._stub_template = qualified(first.stub_code(), self.qualname) if seed is None else None
         self._install(first)
+        steps.install()  # whether the program takes optimizer steps before a crash, for its trials
 
     # -- versions ---------------------------------------------------------------------------
 
@@ -282,7 +301,7 @@ class Vaccine:
         frame = sys._getframe(1)
         trial = sys.modules.get("daifu.core.trial")  # a process that never tried a repair is no trial's copy
         if trial is not None and trial.active():
-            trial.crashed(error, frame)  # a trial ends at its first crash; it never decides
+            self._crash_in_trial(error, frame, cells)  # a trial never decides
         try:
             site = self._site(error, frame)
             if site is None:
@@ -302,6 +321,41 @@ class Vaccine:
             mark_passed(error)
             return
         raise handover
+
+    def _crash_in_trial(self, error: BaseException, frame: FrameType, cells: Any) -> None:
+        """A crash in a trial's copy: a repeat of the crash tried, in a later iteration, has the decision
+        tried applied again, as the real run would (`Handover`); any other crash ends the trial (never
+        returns) — but an exception of the header of the loop the trial looks along, past the crashed
+        iteration, ends its horizon there (the copy could not have the loop's next item)."""
+        from daifu.core import repair_path, trial
+
+        trying = self._trying
+        try:
+            site = self._site(error, frame) if trying is not None else None
+        except Exception:  # noqa: BLE001 - where it crashed cannot be told: the trial ends at it
+            site = None
+        if trying is None or site is None:
+            trial.crashed(error, frame)
+            return
+        again = site.version is trying.site.version and site.path == trying.site.path
+        if again and type(error) is type(trying.crash.exception) and not repair_path.changes_code(trying.decision) \
+                and trial.may_apply_again():
+            shared = self.seed.view() if self.seed is not None else {}
+            namespace, closure = _snapshot(frame, cells)
+            live = _Live(site, {**shared, **namespace}, closure, shared)
+            live.namespace.setdefault("@call", _Invocation())
+            sizes = repair_path.sizes(live.namespace)
+            try:
+                handover = self._prepare(trying.decision, trying.crash, live.copy(), Flavour.TRIAL)
+            except Exception:  # noqa: BLE001 - refused here, or a bug of ours: the trial ends at the crash
+                trial.crashed(error, frame)
+                return
+            rows, what = repair_path.dropped(sizes, repair_path.sizes(handover.namespace))
+            trial.applied(repair_path.passes_over(trying.decision), rows, what)
+            raise handover
+        fetching = (site.header and site.version is trying.resumed.version and _kind(site.node) in ("for", "while")
+                    and _encloses(site.path, trying.resumed.path) and not (again and type(error) is type(trying.crash.exception)))
+        trial.crashed(error, frame, fetching)
 
     def _site(self, error: BaseException, frame: FrameType) -> Site | None:
         version = self.units.get(id(frame.f_code))
@@ -339,7 +393,7 @@ class Vaccine:
             frame=frame,
             tried=tried,
             check=lambda decision: self.check(decision, site, live.namespace),
-            trial=lambda decision, seconds=None: self.trial(decision, crash, live, seconds),
+            trial=lambda decision, seconds=None, horizon=None: self.trial(decision, crash, live, seconds, horizon),
             globals=frame.f_globals,
         )
         if previous is not None:
@@ -740,13 +794,17 @@ class Vaccine:
             return f"the action does not parse: line {error.lineno} of the action: {error.msg}"
         return None
 
-    def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None) -> Verdict:
-        """Try `decision` in a sandboxed copy of this process, through the real resume path.
+    def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None,
+              horizon: int | None = None) -> Verdict:
+        """Try `decision` in a sandboxed copy of this process, through the real resume path, looking
+        `horizon` iterations past the crashed one (`daifu.core.trial.run`).
 
         The trial watches the frame's locals and the module globals the function uses (a model
-        kept in a global is trained state too).
+        kept in a global is trained state too). In the copy, what the decision passes over is noted
+        each time it is applied, and a surgery's own statements are counted as they run
+        (`daifu.core.repair_path`).
         """
-        from daifu.core import sandbox, trial
+        from daifu.core import repair_path, sandbox, trial
 
         used = set(live.site.version.plain_code.co_names)
         globals_ = self.function.__globals__
@@ -758,18 +816,43 @@ class Vaccine:
             return values
 
         def run() -> Any:
-            handover = self._prepare(decision, crash, live.copy(), Flavour.TRIAL)
+            resumed = live.copy()
+            sizes = repair_path.sizes(resumed.namespace)
+            handover = self._prepare(decision, crash, resumed, Flavour.TRIAL)
+            self._trying = _Trying(decision, crash, live.site, self._resumed_site(decision, live.site))
+            rows, what = repair_path.dropped(sizes, repair_path.sizes(handover.namespace))
+            if repair_path.changes_code(decision):
+                version = self.current
+                change = repair_path.changed(crash.source, version.source, version.first_lineno, version.filename)
+                if change is not None:
+                    repair_path.LineCounter(change, trial.code_ran, trial.passed_over).install()
+            else:
+                trial.applied(repair_path.passes_over(decision), rows, what)
             try:
                 result = handover.continuation(handover.start())
+                while isinstance(result, Handover):  # a repeat of the crash, the decision applied again
+                    result = result.continuation(result.start())
             except sandbox.SandboxStop as stop:
                 stop.frame = self._own_frame(stop)
                 raise
-            while isinstance(result, Handover):  # cannot happen: a trial ends at its first crash
-                result = result.continuation(result.start())
             return result
 
         before = {**{name: globals_[name] for name in used if name in globals_}, **_user_view(live.namespace)}
-        return trial.run(decision, run, before, view, seconds)
+        return trial.run(decision, run, before, view, seconds, horizon)
+
+    def _resumed_site(self, decision: Decision, site: Site) -> Site:
+        """Where the run resumes in the version that runs after `decision` (just carried out): a surgery's
+        counterpart of `site` in its new version; else `site`."""
+        version = self.current
+        if version is site.version:
+            return site
+        from daifu.core.surgery import SurgeryRefused, resume_path
+
+        try:
+            path = resume_path(site.version, version, site.path)[0]
+        except (SurgeryRefused, CannotResume, ValueError):
+            return site
+        return Site(version, path, site.header)
 
     def _own_frame(self, error: BaseException) -> FrameType | None:
         """The deepest frame of this function's code in `error`'s traceback."""

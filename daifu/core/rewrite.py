@@ -30,7 +30,9 @@ from there, compiled only then.
 
 A continuation may be built in two more flavours, which change only the innermost loop it
 resumes: the *trial* flavour (`daifu.core.trial`) signals `@rt.trial_end()` where the interrupted
-iteration is over, the point at which a trial of a repair has seen enough; the *watched* flavour
+iteration is over, `@rt.trial_iteration()` at the start of each remaining iteration and
+`@rt.trial_loop_end()` after the loop, so that a trial of a repair can look along the loop as far as
+its horizon (`daifu.core.horizon`); the *watched* flavour
 calls `@rt.watch()` at the start of each remaining iteration, so the iterations after an
 automatic repair are watched (`daifu.decide.watch`) — a call that does nothing once the watch is over.
 """
@@ -787,22 +789,24 @@ class Rewriter:
         return _at([ast.Expr(_call(helper))], where)
 
     def _marked(self, statements: list[ast.stmt], where: ast.AST) -> list[ast.stmt]:
-        """`statements` (the innermost resumed loop) with what the flavour adds, once: the
-        end-of-trial signal after them, or the watch at the start of each remaining iteration."""
+        """`statements` (the innermost resumed loop) with what the flavour adds, once: the trial's
+        signal at the start of each remaining iteration and its end-of-loop signal after them, or
+        the watch at the start of each remaining iteration."""
         if not self._flavoured:
             return statements
         self._flavoured = False
         if self.flavour is Flavour.TRIAL:
-            return statements + self._signal("trial_end", where)
-        return [self._watched(statement) for statement in statements]
+            marked = [self._each_iteration(statement, "trial_iteration") for statement in statements]
+            return marked + self._signal("trial_loop_end", where)
+        return [self._each_iteration(statement, "watch") for statement in statements]
 
-    def _watched(self, node: ast.stmt) -> ast.stmt:
-        """A loop whose every iteration starts with `@rt.watch()`; for the `for @once` of a resumed
+    def _each_iteration(self, node: ast.stmt, helper: str) -> ast.stmt:
+        """A loop whose every iteration starts with `@rt.<helper>()`; for the `for @once` of a resumed
         iteration, the loop of the remaining iterations in its `else`. Other statements unchanged."""
         if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == "@once":
-            return self._copy(node, orelse=[self._watched(s) for s in node.orelse])
+            return self._copy(node, orelse=[self._each_iteration(s, helper) for s in node.orelse])
         if isinstance(node, (ast.For, ast.While)):
-            return self._copy(node, body=self._signal("watch", node) + node.body)
+            return self._copy(node, body=self._signal(helper, node) + node.body)
         return node
 
     def _resumed_try(self, node: ast.Try, field: str, rest: list[ast.stmt], depth: _Depth) -> list[ast.stmt]:

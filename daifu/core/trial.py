@@ -7,13 +7,20 @@ sealed), limits its memory (`daifu.core.trial_memory`), installs the sandbox
 (`daifu.core.sandbox`), captures its output, and calls `body`, which carries the decision out
 through the runtime's own resume path with a *trial* continuation. The trial ends:
 
-- when the interrupted iteration of the innermost enclosing loop is over (the trial continuation
-  calls `iteration_over` there) or the function returns: *completed*;
+- when its *horizon* is over (`daifu.core.horizon`): past the interrupted iteration of the innermost
+  enclosing loop, the copy runs up to `trial_iterations` more iterations of it (the trial continuation
+  signals the end of the interrupted iteration, `iteration_over`, and the start of each next one,
+  `iteration_started`), fewer when the next would not end within the trial's time; or when the loop
+  ends, or the function returns: *completed*. Each iteration's facts (the repair's code run, work
+  passed over, optimizer steps, losses, health) go into the verdict; the loop's next item that cannot
+  be read in the copy (a data loader's worker pipes are sealed, `daifu.core.isolate`) ends the horizon
+  there, and the verdict says so;
 - at the first crash, vaccinated or not: *raised*, with the exception and the user's file:line;
 - at an effect the sandbox stops (a file write, a collective, a system call not on its list, a
   write to shared memory it could only make read-only): *stopped at effect*; at an attempt to
   start a process or open a connection: *dangerous*;
-- when the time budget runs out: the parent kills the child, *timed out*.
+- when the time budget runs out: *timed out* inside the interrupted iteration (the copy's own alarm,
+  or the parent kills it); past it, the horizon ends there, and the verdict says so.
 
 No trial starts when what it may dirty does not fit in the memory free (*unavailable: memory*).
 At the end the child reads the run's health (`daifu.core.health`) and sends the verdict to the
@@ -42,10 +49,14 @@ from types import FrameType
 from typing import Any
 
 from daifu import config
-from daifu.core import health, isolate, sandbox, trial_memory
+from daifu.core import health, isolate, sandbox, steps, trial_memory
+from daifu.core.horizon import IterationFacts, judge, summary
 
 _DAIFU = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RETURNED = "the function returned"
+LOOP_ENDED = "the loop ended"
+GRACE_S = 2.0
+"""Seconds the parent waits past the budget for the copy's own verdict (its alarm rings at the budget)."""
 
 
 class Outcome(str, Enum):
@@ -78,6 +89,11 @@ class Verdict:
     reached: for an effect stopped, the places of code outside the libraries and DaiFu (the program's
     files, an action's `<daifu action N>`, a surgery's `file (surgery N)`) its traceback went through,
     outermost first, as `filename:line`: whose code reached it is for the decider to tell.
+    iterations: what the copy saw in each iteration of the loop the crash was in (`daifu.core.horizon`):
+    the rest of the crashed one (index 0), then up to `horizon` more. ended: why it saw no further
+    (`""`: it saw the `horizon` asked, or the crash was in no loop). steps_before: the optimizer steps the
+    program took before the crash (`None`: not counted). budget: the iterations in which the repair may
+    pass over work (`pass_over_budget`).
     """
 
     outcome: Outcome
@@ -95,6 +111,11 @@ class Verdict:
     shared_memory: str = ""
     isolated: str = ""
     reached: tuple[str, ...] = ()
+    iterations: tuple[IterationFacts, ...] = ()
+    horizon: int = 0
+    ended: str = ""
+    steps_before: int | None = None
+    budget: int = 1
 
     @property
     def healthy(self) -> bool:
@@ -102,15 +123,31 @@ class Verdict:
         return self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT) and not self.spoilt
 
     @property
+    def refused(self) -> tuple[str, ...]:
+        """Why the iterations the copy saw fail the repair (`daifu.core.horizon.judge`): work passed over
+        past the budget, a loss gone non-finite or worse, state spoilt on the way; `()` when none."""
+        return judge(self.iterations, self.budget, self.losses_before)
+
+    @property
     def passed(self) -> bool:
-        """Healthy, and the trained state is still there: a repair automatic mode may apply."""
-        return self.healthy and not self.discarded
+        """Healthy, the trained state still there, and nothing wrong in the iterations past the crash: a
+        repair automatic mode may apply."""
+        return self.healthy and not self.discarded and not self.refused
+
+    def seen(self) -> str:
+        """How far the copy saw past the crash and what it saw there, one line (`""`: no loop to see)."""
+        if not self.iterations:
+            return ""
+        return summary(self.iterations, self.ended, self.steps_before, self.losses_before)
 
     def describe(self) -> str:
         """One line for a person: `trial: iteration finished in 84 ms, loss 2.31, state kept`."""
         took = f"{self.seconds * 1000:.0f} ms"
         if self.outcome is Outcome.COMPLETED:
-            head = f"the call finished in {took}" if self.detail == RETURNED else f"iteration finished in {took}"
+            if self.detail == RETURNED:
+                head = f"the call finished in {took}"
+            else:
+                head = f"iteration finished in {took}"
         elif self.outcome is Outcome.STOPPED_AT_EFFECT:
             head = f"ran {took} up to {self.detail} (stopped there, not done)"
         elif self.outcome is Outcome.RAISED:
@@ -134,12 +171,20 @@ class Verdict:
             parts.append(f"spoils the run: non-finite {', '.join(self.spoilt[:3])}")
         if self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT, Outcome.RAISED):
             parts.append(f"discards trained state: {'; '.join(self.discarded)}" if self.discarded else "state kept")
-        return "trial: " + ", ".join(parts)
+        text = "trial: " + ", ".join(parts)
+        seen = self.seen()
+        if seen:
+            text += f"; {seen}"
+        refused = self.refused if self.healthy and not self.discarded else ()
+        if refused:
+            text += f"; refused: {'; '.join(refused)}"
+        return text
 
     def to_data(self) -> dict[str, Any]:
         data = asdict(self)
         data["outcome"] = self.outcome.value
         data["losses_before"], data["losses_after"] = dict(self.losses_before), dict(self.losses_after)
+        data["iterations"] = [it.to_data() for it in self.iterations]
         return data
 
     @staticmethod
@@ -149,6 +194,7 @@ class Verdict:
         known["outcome"] = Outcome(known["outcome"])
         for name in ("spoilt", "nonfinite", "discarded", "reached"):
             known[name] = tuple(known.get(name, ()))
+        known["iterations"] = tuple(IterationFacts.from_data(it) for it in known.get("iterations", ()))
         return Verdict(**known)
 
 
@@ -168,20 +214,23 @@ View = Callable[[FrameType | None], Mapping[str, Any]]
 
 
 def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view: View,
-        seconds: float | None = None) -> Verdict:
+        seconds: float | None = None, horizon: int | None = None) -> Verdict:
     """Try `decision` (carried out by `body`) in a sandboxed copy of this process, within `seconds`
-    (by default the configured `trial_seconds`).
+    (by default the configured `trial_seconds`), looking `horizon` iterations past the crashed one
+    (by default the configured `trial_iterations`; 0: the crashed iteration only).
 
     `watched` are the values whose health the verdict reports (the crashed frame's locals, the
-    globals its function uses); `view(frame)` gives the same at the end of the trial.
+    globals its function uses); `view(frame)` gives the same at the end of each iteration.
     """
     reason = unavailable()
     if reason is not None:
         return Verdict(Outcome.UNAVAILABLE, detail=reason)
-    budget = seconds if seconds is not None else config.settings().trial_seconds
+    settings = config.settings()
+    budget = seconds if seconds is not None else settings.trial_seconds
+    ahead = settings.trial_iterations if horizon is None else max(int(horizon), 0)
     before = health.inventory(watched)
     need = trial_memory.estimate(before, watched)
-    room = trial_memory.allowance(config.settings().trial_memory)
+    room = trial_memory.allowance(settings.trial_memory)
     if need.total > room.bytes:
         return Verdict(Outcome.UNAVAILABLE, detail=_too_large(need, room))
     for stream in (sys.stdout, sys.stderr):
@@ -189,6 +238,7 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
             stream.flush()
         except (AttributeError, OSError, ValueError):
             pass
+    steps_before = steps.taken()
     read_end, write_end = os.pipe()
     capture = tempfile.TemporaryFile()
     started = time.perf_counter()
@@ -196,7 +246,8 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork in a multi-threaded process
         pid = os.fork()
     if pid == 0:
-        state = _Child(before, view, started, need, room)
+        looking = _Horizon(ahead, budget, started + budget, steps_before, settings.pass_over_budget)
+        state = _Child(before, view, started, need, room, looking)
         _child(read_end, write_end, capture.fileno(), body, state)  # never returns
     forked = time.perf_counter()
     os.close(write_end)
@@ -214,7 +265,7 @@ def _too_large(need: trial_memory.Estimate, room: trial_memory.Allowance) -> str
 
 
 def _wait(pid: int, pipe: int, capture: Any, started: float, fork_ms: float, budget: float) -> Verdict:
-    deadline = started + budget
+    deadline = started + budget + GRACE_S  # the copy's own alarm rings at the budget, and it says what it saw
     received = b""
     timed_out, peak = False, 0
     try:
@@ -264,6 +315,48 @@ def _tail(capture: Any, limit: int = 2000) -> str:
 
 
 @dataclass
+class _Iteration:
+    """The iteration of the loop the copy is in: its number (0: the crashed one), when it started, the
+    optimizer steps counted then, and what the repair's code did in it so far."""
+
+    index: int
+    started: float
+    steps: int | None
+    fired: int = 0
+    passed_over: int = 0
+    what: list[str] = field(default_factory=list)
+    rows: int = 0
+
+
+@dataclass
+class _Horizon:
+    """How far past the crashed iteration the copy looks, and what it saw (`daifu.core.horizon`).
+
+    asked: the iterations past the crashed one to see. seconds, deadline: the trial's time, and when
+    it is up (`time.perf_counter()`). open: the iteration the copy is in (`None` between two: reading
+    the loop's next item). seen: the facts of the iterations over. applied: the iteration in which the
+    decision was last applied (a repeat of the crash in the same one: it does not get past it).
+    """
+
+    asked: int
+    seconds: float
+    deadline: float
+    steps_before: int | None
+    budget: int
+    open: _Iteration | None = None
+    seen: list[IterationFacts] = field(default_factory=list)
+    last: int = -1
+    applied: int = 0
+    ended: str = ""
+
+    def current(self) -> _Iteration:
+        """The open iteration; between two, the next one, opened now."""
+        if self.open is None:
+            self.open = _Iteration(self.last + 1, time.perf_counter(), steps.taken())
+        return self.open
+
+
+@dataclass
 class _Child:
     """The state of the process a trial runs in."""
 
@@ -272,6 +365,7 @@ class _Child:
     started: float
     need: trial_memory.Estimate
     room: trial_memory.Allowance
+    horizon: _Horizon
     isolation: isolate.Isolation = field(default_factory=isolate.Isolation)
     limits: str = ""
 
@@ -300,6 +394,10 @@ def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any],
             torch.set_num_threads(1)  # an OpenMP pool does not survive fork: without this, a hang
         sandbox.quiet_distributed([held.obj for held in state.before.held])
         _detach(state)
+        steps.install()  # counted in the copy even where the live run did not count them
+        state.horizon.open = _Iteration(0, state.started, steps.taken())
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, max(state.horizon.deadline - time.perf_counter(), 0.001))
         sandbox.install(state.isolation.sealed, state.isolation.kept)
     except BaseException as error:  # noqa: BLE001 - anything here means no trial, said as such
         _send(Outcome.FAILED, detail=f"the sandbox could not be set up: {type(error).__name__}: {error}")
@@ -309,7 +407,7 @@ def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any],
         crashed(stop, getattr(stop, "frame", None))
     except BaseException as error:  # noqa: BLE001
         crashed(error, None)
-    _send(Outcome.COMPLETED, detail=RETURNED)
+    _send(Outcome.COMPLETED, detail=RETURNED, finished=True)
 
 
 def _detach(state: _Child) -> None:
@@ -335,13 +433,134 @@ def _detach(state: _Child) -> None:
 
 
 def iteration_over(frame: FrameType) -> None:
-    """The trial continuation reached the end of the interrupted iteration (child only)."""
+    """The trial continuation reached the end of the interrupted iteration (child only): its facts
+    are noted, and the copy goes on to the next iteration unless its horizon is over."""
     if _CHILD:
+        _close(frame, complete=True)
+        _go_on(frame)
+
+
+def iteration_started(frame: FrameType) -> None:
+    """An iteration past the interrupted one starts (child only): the one before it is over."""
+    if not _CHILD:
+        return
+    looking = _CHILD[0].horizon
+    if looking.open is not None:
+        _close(frame, complete=True)
+        _go_on(frame)
+    looking.current()
+
+
+def loop_over(frame: FrameType) -> None:
+    """The loop the trial looked along is over (child only): a normal end of its horizon."""
+    if _CHILD:
+        _close(frame, complete=True)
+        _CHILD[0].horizon.ended = LOOP_ENDED
+        _send(Outcome.COMPLETED, detail=LOOP_ENDED, frame=frame)
+
+
+def code_ran() -> None:
+    """The repair's own code ran (child only): a surgery's statements entered."""
+    if _CHILD:
+        _CHILD[0].horizon.current().fired += 1
+
+
+def passed_over(what: str, rows: int = 0) -> None:
+    """The repair's code passed over work (child only): `what`, and the rows of a batch it left out."""
+    if _CHILD:
+        it = _CHILD[0].horizon.current()
+        it.passed_over += 1
+        it.what.append(what)
+        it.rows += rows
+
+
+def may_apply_again() -> bool:
+    """Whether a repeat of the crash tried may have the decision applied again in the copy (child only),
+    as the real run would: not when it was applied in this same iteration (it did not get past it)."""
+    if not _CHILD:
+        return False
+    looking = _CHILD[0].horizon
+    return looking.current().index > looking.applied
+
+
+def applied(what: str | None, rows: int = 0, dropped: str = "") -> None:
+    """The decision was applied (child only): `what` it passes over by its kind, the rows it dropped."""
+    if not _CHILD:
+        return
+    looking = _CHILD[0].horizon
+    it = looking.current()
+    it.fired += 1
+    looking.applied = it.index
+    if what:
+        passed_over(what)
+    if rows:
+        passed_over(dropped, rows)
+
+
+def _close(frame: FrameType | None, complete: bool) -> None:
+    """Note the facts of the open iteration, ended (`complete`) or not."""
+    child = _CHILD[0]
+    looking = child.horizon
+    it = looking.open
+    if it is None:
+        return
+    looking.open = None
+    found = health.examine(child.before, child.view(frame) if frame is not None else None)
+    taken = steps.taken()
+    looking.seen.append(IterationFacts(
+        it.index, complete, time.perf_counter() - it.started, it.fired, it.passed_over, tuple(it.what), it.rows,
+        None if taken is None or it.steps is None else taken - it.steps, dict(found.losses_after),
+        tuple(found.spoilt), tuple(found.discarded),
+    ))
+    looking.last = it.index
+
+
+def _go_on(frame: FrameType) -> None:
+    """End the trial when its horizon is over: the iterations asked seen, or no time for one more (the
+    longest seen so far)."""
+    looking = _CHILD[0].horizon
+    if looking.last >= looking.asked:
+        _send(Outcome.COMPLETED, frame=frame)
+    longest = max((it.seconds for it in looking.seen), default=0.0)
+    if time.perf_counter() + longest > looking.deadline:
+        looking.ended = f"the next iteration would not end within the trial's {looking.seconds:g} s"
         _send(Outcome.COMPLETED, frame=frame)
 
 
-def crashed(error: BaseException, frame: FrameType | None) -> None:
-    """The trial met an exception: its verdict (child only); never returns."""
+def _alarm(signal_number: int, frame: FrameType | None) -> None:
+    """The trial's time is up (child only): inside the crashed iteration it timed out; past it, its
+    horizon ends where the copy is, and the verdict says so."""
+    if not _CHILD or _SENDING:
+        return
+    looking = _CHILD[0].horizon
+    seconds = f"{looking.seconds:g} s"
+    if looking.open is None and looking.last >= 0:
+        looking.ended = f"the loop's next item did not come within the trial's {seconds}{_sealed()}"
+        _send(Outcome.COMPLETED)
+    if looking.open is not None and looking.open.index >= 1:
+        looking.ended = f"the trial's {seconds} ran out in iteration {looking.open.index} past the crash"
+        _send(Outcome.COMPLETED)
+    _send(Outcome.TIMED_OUT, detail=f"no verdict within {seconds}")
+
+
+def _sealed() -> str:
+    """Why the copy may not read the loop's data: the inherited pipes and sockets it sealed."""
+    sealed = len(_CHILD[0].isolation.sealed)
+    if not sealed:
+        return ""
+    return (f" ({sealed} inherited pipes or sockets are sealed in the copy: a data loader's worker processes "
+            "cannot be read from it)")
+
+
+def crashed(error: BaseException, frame: FrameType | None, fetching: bool = False) -> None:
+    """The trial met an exception: its verdict (child only); never returns. `fetching`: it came from the
+    header of the loop the trial looks along, after the crashed iteration — its next item could not be
+    had in the copy, which ends the horizon there (not the repair's doing, and not seen)."""
+    looking = _CHILD[0].horizon if _CHILD else None
+    if fetching and looking is not None and looking.last >= 0 and not isinstance(error, sandbox.SandboxStop):
+        _close(frame, complete=True)
+        looking.ended = f"the loop's next item could not be read in the copy ({_text(error)[:200]}){_sealed()}"
+        _send(Outcome.COMPLETED, frame=frame)
     if isinstance(error, sandbox.SandboxStop):
         _send(Outcome.DANGEROUS if error.dangerous else Outcome.STOPPED_AT_EFFECT, detail=error.effect, frame=frame,
               reached=_reached(error))
@@ -410,11 +629,22 @@ def _refused_by_sandbox(error: BaseException) -> bool:
         return False
 
 
+_SENDING: list[bool] = []
+"""Set once the verdict is being written: the alarm then leaves it alone."""
+
+
 def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType | None = None,
-          reached: tuple[str, ...] = ()) -> None:
-    """Write the verdict to the parent and leave the process at once."""
+          reached: tuple[str, ...] = (), finished: bool = False) -> None:
+    """Write the verdict to the parent and leave the process at once. An iteration still open is noted
+    as ended only when the function `finished` (returned) inside it."""
+    _SENDING.append(True)
     try:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         child = _CHILD[0]
+        looking = child.horizon
+        if finished and not looking.ended and looking.open is not None:
+            looking.ended = RETURNED
+        _close(frame, complete=finished)
         seconds = time.perf_counter() - child.started
         peak = trial_memory.peak()
         found = health.examine(child.before, child.view(frame))
@@ -423,7 +653,8 @@ def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType 
             tuple(found.discarded), found.losses_before, found.losses_after, peak_bytes=peak,
             shared_memory=child.isolation.shared_memory(),
             isolated="; ".join(part for part in (child.isolation.describe(), child.limits) if part),
-            reached=reached,
+            reached=reached, iterations=tuple(looking.seen), horizon=looking.asked, ended=looking.ended,
+            steps_before=looking.steps_before, budget=looking.budget,
         )
         os.write(0, json.dumps(verdict.to_data(), default=str).encode())
     except BaseException as error:  # noqa: BLE001 - a verdict that cannot be read is a failed trial

@@ -68,11 +68,11 @@ from __future__ import annotations
 
 import ast
 import copy
-import difflib
 import os
 from collections.abc import Iterator
 from typing import Protocol
 
+from daifu.core.changes import BODIES, header_only, statement_changes
 from daifu.decide.allowlist_check import Checker, parse_code
 from daifu.decide.allowlist_context import Context, build_context, context_for
 from daifu.decide.allowlist_flow import aimed_effects
@@ -184,8 +184,8 @@ def _check_def(source: str, running: str, context: Context, what: str) -> CheckR
         )
     if isinstance(new, ast.AsyncFunctionDef):
         return CheckResult((f"{line}: an async function cannot be changed without a person",))
-    changes = list(_changes(old_def.body if old_def else [], new.body))
-    changed = [_header_only(statement) if header_changed else statement for statement, header_changed in changes]
+    changes = list(statement_changes(old_def.body if old_def else [], new.body))
+    changed = [header_only(statement) if header_changed else statement for statement, header_changed in changes]
     parameters = frozenset(
         a.arg
         for d in ast.walk(new)
@@ -208,7 +208,7 @@ def changed_lines(running: str, source: str) -> frozenset[int]:
     if isinstance(new, str) or isinstance(old, str):
         return frozenset()
     found: set[int] = set()
-    for statement, _ in _changes(old.body, new.body):
+    for statement, _ in statement_changes(old.body, new.body):
         found.update(range(statement.lineno, (statement.end_lineno or statement.lineno) + 1))
     return frozenset(found)
 
@@ -380,9 +380,6 @@ def _beside(new: str | None, old: object) -> bool:
 
 # -- which statements of a surgery changed -----------------------------------------------------------
 
-_BODIES = ("body", "orelse", "finalbody")
-
-
 def changed_statements(old: list[ast.stmt], new: list[ast.stmt]) -> Iterator[ast.stmt]:
     """The statements of `new` that are not the same statements of `old` in the same place.
 
@@ -391,58 +388,14 @@ def changed_statements(old: list[ast.stmt], new: list[ast.stmt]) -> Iterator[ast
     is the change's doing all the same (`if True:` over the program's `rmtree`): `_check_def` judges
     what they reach (`_run_by_changed_headers`).
     """
-    for statement, header_changed in _changes(old, new):
-        yield _header_only(statement) if header_changed else statement
-
-
-def _changes(old: list[ast.stmt], new: list[ast.stmt]) -> Iterator[tuple[ast.stmt, bool]]:
-    """The changes of `changed_statements`: each new or changed statement, and each compound statement
-    whose header changed over a counterpart (whole, flagged `True`) before the changes in its bodies."""
-    matcher = difflib.SequenceMatcher(None, [ast.dump(s) for s in old], [ast.dump(s) for s in new], autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        unmatched = list(old[i1:i2])
-        for statement in new[j1:j2]:
-            twin = next((o for o in unmatched if type(o) is type(statement) and _is_compound(o)), None)
-            if twin is None:
-                yield statement, False
-                continue
-            unmatched.remove(twin)
-            yield from _changed_compound(twin, statement)
-
-
-def _is_compound(node: ast.stmt) -> bool:
-    return any(isinstance(getattr(node, name, None), list) and getattr(node, name) for name in ("body", "handlers"))
-
-
-def _changed_compound(old: ast.stmt, new: ast.stmt) -> Iterator[tuple[ast.stmt, bool]]:
-    if ast.dump(_header_only(old)) != ast.dump(_header_only(new)):
-        yield new, True
-    for name in _BODIES:
-        yield from _changes(getattr(old, name, None) or [], getattr(new, name, None) or [])
-    old_handlers, new_handlers = getattr(old, "handlers", []), getattr(new, "handlers", [])
-    for index, handler in enumerate(new_handlers):
-        before = old_handlers[index].body if index < len(old_handlers) else []
-        yield from _changes(before, handler.body)
+    for statement, header_changed in statement_changes(old, new):
+        yield header_only(statement) if header_changed else statement
 
 
 def _bodies_of(node: ast.stmt) -> Iterator[ast.stmt]:
-    for name in _BODIES:
+    for name in BODIES:
         yield from getattr(node, name, None) or []
     for handler in getattr(node, "handlers", None) or []:
         yield from handler.body
 
 
-def _header_only(node: ast.stmt) -> ast.stmt:
-    """`node` with every body emptied to `pass`: what is left is its header (and its handlers' types)."""
-    shallow = copy.copy(node)
-    for name in _BODIES:
-        if getattr(shallow, name, None):
-            setattr(shallow, name, [ast.Pass(lineno=node.lineno, col_offset=0)])
-    if getattr(shallow, "handlers", None):
-        shallow.handlers = [  # type: ignore[attr-defined]
-            ast.ExceptHandler(type=h.type, name=h.name, body=[ast.Pass()], lineno=h.lineno, col_offset=0)
-            for h in shallow.handlers  # type: ignore[attr-defined]
-        ]
-    return shallow

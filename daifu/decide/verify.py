@@ -9,7 +9,10 @@ nothing touches the run before this stage says it may:
 2. allowlist: whether its code may run without a person (`daifu.decide.allowlist`), and whether its
    effect is one a trial can see at all (`unverifiable`): else it is applied only by a person;
 3. trial: a sandboxed copy of the run (`crash.trial`) that carries it out through the runtime's own
-   resume path, within `trial_seconds` and the seconds its code deliberately sleeps. Unattended, a
+   resume path, within `trial_seconds` and the seconds its code deliberately sleeps, and looks past the
+   crashed iteration along its loop (`daifu.core.horizon`): a repair passes only if, in the iterations
+   the copy saw, it passes over work within `pass_over_budget`, training goes on, and nothing is
+   spoilt or discarded (`Verdict.passed`). Unattended, a
    trial that stopped at an effect the candidate's own code reached fails it, but the folder a failing
    write needs (`daifu.decide.trial_effects`): applied, the repair would do it for real.
 
@@ -162,6 +165,9 @@ class Verification:
                 return candidate
             if candidate.trial_problems:
                 say(f"not applying the bot's {candidate.kind} without a person: {candidate.trial_problems[0][:300]}")
+            elif verdict.healthy and not verdict.discarded and verdict.refused:
+                say(f"not applying the bot's {candidate.kind}: its trial saw {verdict.seen()[:200]}; "
+                    f"{'; '.join(verdict.refused)[:300]}")
             why = candidate.trial_problems[0] if candidate.trial_problems else verdict.describe()
             context.note_tried(candidate.decision, f"refused by its trial: {why}")
         return None
