@@ -34,6 +34,7 @@ from repairbot.protocol import (
     fingerprint,
 )
 from daifu.core.bounded import budget, describe
+from daifu.report.operands import operands
 from daifu.report.redact import known_secrets, redact, scrub, secret_environment, secret_values
 from daifu.report.summary import Summary, summarize_namespace, truncate
 
@@ -76,6 +77,7 @@ def build_report(crash: Crash) -> CrashReport:
             summaries = _variables(summarize_namespace(crash.locals))
             exception = _exception_info(crash.exception)
             frames = _frames(crash, summaries)
+            evaluated = operands(crash, is_library)
         report = CrashReport(
             exception=exception,
             function=_shown(function_info(crash)),
@@ -86,6 +88,7 @@ def build_report(crash: Crash) -> CrashReport:
                 Attempt(decision=truncate(redact(d), 2000), outcome=truncate(redact(o), 500)) for d, o in crash.tried
             ],
             attempt=crash.attempt,
+            operands=evaluated,
         )
     return bound(_scrubbed(report, secrets))
 
@@ -307,6 +310,7 @@ def _drop_callee_locals(report: CrashReport) -> CrashReport:
 
 def _fewer_variables(report: CrashReport) -> CrashReport:
     report.variables = dict(list(report.variables.items())[:40])
+    report.operands = [operand for operand in report.operands if operand.wrong][:8]
     report.frames[0].locals = {}  # the same values as `variables`
     return report
 
@@ -353,6 +357,11 @@ def _render_lines(report: CrashReport) -> Iterator[str]:
     yield "Live variables:"
     for name, variable in report.variables.items():
         yield f"  {name} = {variable.text}"
+    if report.operands:
+        yield ""
+        yield "Operands of the faulty statement (evaluated where safe):"
+        for operand in report.operands:
+            yield f"  {operand.wrong}" if operand.wrong else f"  {operand.expression}: {operand.facts}"
     yield ""
     env = report.environment
     yield f"Environment: Python {env.python}, torch {env.torch or '-'}, CUDA {env.cuda or '-'}, {env.platform}"
