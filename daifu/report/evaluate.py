@@ -155,7 +155,7 @@ class Evaluator:
     def _attribute(self, base: Any, name: str) -> Any:
         if name.startswith("__"):
             raise Unsafe("a dunder attribute")
-        if isinstance(base, types.ModuleType):
+        if is_a(base, types.ModuleType):
             if name not in base.__dict__:
                 raise Unsafe("not in the module's namespace")
             return base.__dict__[name]
@@ -165,7 +165,7 @@ class Evaluator:
             if name in METHODS:
                 return getattr(base, name)
             raise Unsafe(f"the attribute {name} of an array")
-        if self.torch is not None and isinstance(base, self.torch.nn.Module):
+        if self.torch is not None and is_a(base, self.torch.nn.Module):
             return self._module_attribute(base, name)
         return _own_attribute(base, name)
 
@@ -183,7 +183,8 @@ class Evaluator:
     def _subscript(self, base: Any, index: Any) -> Any:
         if type(base) in (list, tuple) and type(index) in (int, slice):
             return base[index]
-        if type(base) is dict and type(index) in (str, int):
+        if type(base) is dict and type(index) in (str, int) and len(base) <= MAX_ITEMS \
+                and all(type(key) in (str, int) for key in base):  # no key of the program's compared
             return base[index]
         if self._array(base):
             self._computable(base)
@@ -201,17 +202,17 @@ class Evaluator:
         function = self.value(node.func)
         args = [self.value(a) for a in node.args]
         kwargs = {str(k.arg): self.value(k.value) for k in node.keywords}
-        if isinstance(function, types.BuiltinFunctionType) and id(function) in self._functions:
+        if is_a(function, types.BuiltinFunctionType) and id(function) in self._functions:
             return self._compute(function, *args, **kwargs)
-        if isinstance(function, types.FunctionType) and id(function) in self._functions:
+        if is_a(function, types.FunctionType) and id(function) in self._functions:
             return self._compute(function, *args, **kwargs)
-        builtin = (isinstance(function, types.BuiltinFunctionType) and function.__name__ in BUILTINS
+        builtin = (is_a(function, types.BuiltinFunctionType) and function.__name__ in BUILTINS
                    and function is getattr(builtins, function.__name__, None))
-        if builtin or (isinstance(function, type) and function in (int, float, tuple, list, bool)):
+        if builtin or any(function is kind for kind in (int, float, tuple, list, bool)):
             if function is not len and any(self._array(a) and _elements(a) > MAX_ITEMS for a in args):
                 raise Unsafe("a builtin iterating over a large array")
             return self._compute(function, *args, **kwargs)
-        owner = getattr(function, "__self__", None)
+        owner = _bound_to(function)
         if owner is not None and self._array(owner) and getattr(function, "__name__", "") in METHODS:
             if function.__name__ not in _METADATA:
                 self._computable(owner)
@@ -264,9 +265,9 @@ class Evaluator:
             return
         if kind is dict or self._array(value) or self._metadata(value) or self._callable(value):
             return
-        if isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)):
+        if is_a(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)):
             return  # a callee or a namespace: compared by identity, read from, called only when pure
-        if self.torch is not None and isinstance(value, self.torch.nn.Module):
+        if self.torch is not None and is_a(value, self.torch.nn.Module):
             return  # read from, never called
         if _plain_object(value):
             return  # read from by its instance dictionary only
@@ -276,7 +277,7 @@ class Evaluator:
         kind = type(value)
         if self.torch is not None and kind in (self.torch.Tensor, self.torch.nn.Parameter):
             return True
-        if self.numpy is not None and (kind is self.numpy.ndarray or isinstance(value, self.numpy.generic)):
+        if self.numpy is not None and (kind is self.numpy.ndarray or is_a(value, self.numpy.generic)):
             return True
         return False
 
@@ -284,20 +285,20 @@ class Evaluator:
         torch, numpy = self.torch, self.numpy
         if torch is not None and type(value) in (torch.dtype, torch.device, torch.Size):
             return True
-        return numpy is not None and (type(value) is numpy.dtype.__class__ or isinstance(value, numpy.dtype))
+        return numpy is not None and (type(value) is numpy.dtype.__class__ or is_a(value, numpy.dtype))
 
     def _callable(self, value: Any) -> bool:
         if id(value) in self._functions:
             return True
-        if value in (int, float, tuple, list, bool) or (
-                isinstance(value, types.BuiltinFunctionType) and getattr(builtins, value.__name__, None) is value):
+        if any(value is kind for kind in (int, float, tuple, list, bool)) or (
+                is_a(value, types.BuiltinFunctionType) and getattr(builtins, value.__name__, None) is value):
             return True
-        owner = getattr(value, "__self__", None)
+        owner = _bound_to(value)
         return owner is not None and self._array(owner) and getattr(value, "__name__", "") in METHODS
 
     def _computable(self, value: Any) -> None:
         """`Unsafe` unless DaiFu may compute with this tensor or array: on the CPU, small enough."""
-        if self.torch is not None and isinstance(value, self.torch.Tensor):
+        if self.torch is not None and is_a(value, self.torch.Tensor):
             if value.device.type != "cpu" or value.numel() > MAX_ELEMENTS or value.is_sparse:
                 raise Unsafe("a tensor off the CPU or too large to compute with")
         elif getattr(value, "size", 0) > MAX_ELEMENTS:
@@ -311,9 +312,22 @@ class Evaluator:
                 continue
             for name in names.split():
                 function = module.__dict__.get(name)
-                if callable(function) and not isinstance(function, type):
+                if callable(function) and not is_a(function, type):
                     found.add(id(function))
         return found
+
+
+def is_a(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    """`isinstance` by the value's real type only: `isinstance` falls back on a `__class__` attribute, which
+    a program's class may compute."""
+    return issubclass(type(value), kinds)
+
+
+def _bound_to(value: Any) -> Any:
+    """The object a method is bound to, read only from a method's own type (never an object's `__getattr__`)."""
+    if is_a(value, (types.BuiltinMethodType, types.MethodType, types.MethodWrapperType)):
+        return value.__self__
+    return None
 
 
 def _elements(array: Any) -> int:
@@ -334,7 +348,7 @@ def _own_attribute(base: Any, name: str) -> Any:
 def _plain_object(value: Any) -> bool:
     """An instance of an ordinary class: attribute reads go to its instance dictionary, nothing custom."""
     kind = type(value)
-    if kind.__module__ == "builtins" or isinstance(value, (type, types.ModuleType, types.FunctionType)):
+    if kind.__module__ == "builtins" or is_a(value, (type, types.ModuleType, types.FunctionType)):
         return False
     if getattr(kind, "__getattribute__", None) is not object.__getattribute__:
         return False

@@ -36,7 +36,7 @@ from typing import Any
 
 from daifu.core.bounded import TimedOut, bounded
 from daifu.core.crash import Crash
-from daifu.report.evaluate import MAX_ELEMENTS, Evaluator
+from daifu.report.evaluate import MAX_ELEMENTS, Evaluator, is_a
 from daifu.report.redact import redact
 from repairbot.protocol import MAX_OPERANDS, Operand
 
@@ -198,11 +198,11 @@ def _described(value: Any) -> bool:
 
 def _kind(value: Any) -> str:
     torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
-    if torch is not None and isinstance(value, torch.Tensor):
+    if torch is not None and is_a(value, torch.Tensor):
         return "Tensor"
-    if numpy is not None and isinstance(value, numpy.ndarray):
+    if numpy is not None and is_a(value, numpy.ndarray):
         return "ndarray"
-    if numpy is not None and isinstance(value, numpy.generic):
+    if numpy is not None and is_a(value, numpy.generic):
         return type(value).__name__
     if value is None or type(value) in (bool, int, float, str, list, tuple):
         return type(value).__name__
@@ -318,18 +318,18 @@ def _loss_targets(result: _Found, evaluator: Evaluator, call: ast.Call, torch: A
     loss = _evaluated(evaluator, call.func)
     functional = torch.nn.functional
     is_loss = any(loss is functional.__dict__.get(name) for name in _LOSSES) or (
-        isinstance(loss, torch.nn.Module) and type(loss).__name__ in _LOSS_MODULES
+        is_a(loss, torch.nn.Module) and type(loss).__name__ in _LOSS_MODULES
         and type(loss).__module__.startswith("torch.nn"))
     if not is_loss:
         return
     scores, target_node = _evaluated(evaluator, _argument(call, 0, "input")), _argument(call, 1, "target")
     target = _evaluated(evaluator, target_node)
-    if not (isinstance(scores, torch.Tensor) and isinstance(target, torch.Tensor)) or scores.dim() == 0:
+    if not (is_a(scores, torch.Tensor) and is_a(target, torch.Tensor)) or scores.dim() == 0:
         return
     if target.is_floating_point() or target.numel() == 0 or target.numel() > MAX_ELEMENTS:
         return  # class probabilities, or nothing to judge
     classes = int(scores.shape[1] if scores.dim() >= 2 else scores.shape[0])
-    ignored = getattr(loss, "ignore_index", None) if isinstance(loss, torch.nn.Module) else None
+    ignored = getattr(loss, "ignore_index", None) if is_a(loss, torch.nn.Module) else None
     keyword = _argument(call, 99, "ignore_index")
     ignored = _evaluated(evaluator, keyword) if keyword is not None else ignored
     ignored = ignored if type(ignored) is int else -100
@@ -346,11 +346,11 @@ def _loss_targets(result: _Found, evaluator: Evaluator, call: ast.Call, torch: A
 def _layer_input(result: _Found, evaluator: Evaluator, call: ast.Call, torch: Any) -> None:
     """A layer's input of another floating dtype, with ids past its rows, or of other features."""
     layer = _evaluated(evaluator, call.func)
-    if not isinstance(layer, torch.nn.Module) or not call.args:
+    if not is_a(layer, torch.nn.Module) or not call.args:
         return
     node = call.args[0]
     given = _evaluated(evaluator, node)
-    if not isinstance(given, torch.Tensor):
+    if not is_a(given, torch.Tensor):
         return
     name = _text(result.statement.source, call.func)
     own = object.__getattribute__(layer, "__dict__")
@@ -381,16 +381,16 @@ def _parameter_dtype(layer: Any, torch: Any) -> Any:
         seen += 1
         own = object.__getattribute__(module, "__dict__")
         for parameter in (own.get("_parameters") or {}).values():
-            if isinstance(parameter, torch.Tensor) and parameter.is_floating_point():
+            if is_a(parameter, torch.Tensor) and parameter.is_floating_point():
                 return parameter.dtype
-        pending += [m for m in (own.get("_modules") or {}).values() if isinstance(m, torch.nn.Module)]
+        pending += [m for m in (own.get("_modules") or {}).values() if is_a(m, torch.nn.Module)]
     return None
 
 
 def _minority_dtype(result: _Found, torch: Any) -> None:
     """Among the statement's floating tensors (names), those of a dtype fewer of them have."""
     tensors = {text: value for text, (node, value) in result.values.items()
-               if isinstance(node, ast.Name) and isinstance(value, torch.Tensor) and value.is_floating_point()}
+               if isinstance(node, ast.Name) and is_a(value, torch.Tensor) and value.is_floating_point()}
     counts = Counter(value.dtype for value in tensors.values())
     if len(counts) != 2:
         return
@@ -414,7 +414,7 @@ def _configured_rows(result: _Found, message: str, torch: Any) -> None:
     """The tensor whose rows are a configured number, where another has a different count named in the message."""
     numbers = {int(n) for n in re.findall(r"\b\d+\b", message)}
     tensors = {text: value for text, (node, value) in result.values.items()
-               if isinstance(node, ast.Name) and isinstance(value, torch.Tensor) and value.dim() >= 1}
+               if isinstance(node, ast.Name) and is_a(value, torch.Tensor) and value.dim() >= 1}
     rows = {text: int(value.shape[0]) for text, value in tensors.items() if int(value.shape[0]) in numbers}
     if len(set(rows.values())) != 2:
         return
@@ -432,7 +432,7 @@ def _configured(statement: _Statement) -> dict[str, int]:
     """The frame's ints, and the ints of its options objects (`args.batch_size`), by the name they are read by."""
     found: dict[str, int] = {}
     for name, value in statement.scope.items():
-        if type(value) is int and not isinstance(value, bool):
+        if type(value) is int and not is_a(value, bool):
             found[name] = value
         elif type(value).__name__ in ("Namespace", "SimpleNamespace") and type(value).__module__ in ("argparse", "types"):
             for key, item in vars(value).items():

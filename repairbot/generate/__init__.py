@@ -10,6 +10,9 @@ order, and applies the first that completes healthy (`daifu.decide.automatic`).
 
 One module per family of edits, each with `propose(view)`:
 
+- `origin`: the edit where the bad value was made — the report names the wrong operand
+  (`CrashReport.operands`), the function's def-use chains (`trace`) lead to the statement that made
+  it: a cast there, `- 1` on labels numbered from 1, `//`, a size from the data;
 - `numbers`: a float where an int belongs, an int where a size tuple does (PyTorch's argument parser
   says which argument), `//` a line up;
 - `dtypes`: casts to the dtype the other operand, the module or the loss needs;
@@ -32,7 +35,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 
-from repairbot.generate import constraints, control, dtypes, graph, memory, numbers, shapes, structure
+from repairbot.generate import constraints, control, dtypes, graph, memory, numbers, origin, shapes, structure
 from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import FunctionSite, View, sites
 from repairbot.protocol import CrashReport
@@ -42,6 +45,7 @@ PER_FAMILY = 8
 
 Family = Callable[[View], Iterator[GeneratedRepair | None]]
 FAMILIES: list[tuple[Family, str]] = [
+    (origin.propose, "tensor_mismatch"),
     (numbers.propose, "api_misuse"),
     (structure.propose, "api_misuse"),
     (dtypes.propose, "tensor_mismatch"),
