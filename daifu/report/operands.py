@@ -338,7 +338,7 @@ def _loss_targets(result: _Found, evaluator: Evaluator, call: ast.Call, torch: A
         if kept.numel() == 0:
             return
         low, high = int(kept.min()), int(kept.max())
-    if low < 0 or high >= classes:
+    if (low < 0 or high >= classes) and target_node is not None:
         _said(result, target_node, {"classes": classes},
               f"{_dtype(target)}, range {low}..{high}; the loss has {classes} classes (0..{classes - 1})")
 

@@ -185,10 +185,10 @@ def _integer(view: View, names: list[str]) -> Iterator[GeneratedRepair | None]:
                                        f"`{link.name}` is a float because it is computed with `/` (line "
                                        f"{link.statement.lineno} of the function), and `{name}` is used as an int: "
                                        "use `//` there.", FAMILY, AT_ORIGIN)
-        link = _last_rerun(links)
-        if link is not None and link.value is not None:
-            yield make.changed(view, make.wrap_node(view, link.value, "int({})"),
-                               f"Make `{link.name}` an int where it is computed, so `{name}` is one where it is used.",
+        last = _last_rerun(links)
+        if last is not None and last.value is not None:
+            yield make.changed(view, make.wrap_node(view, last.value, "int({})"),
+                               f"Make `{last.name}` an int where it is computed, so `{name}` is one where it is used.",
                                FAMILY, 2)
 
 
@@ -229,7 +229,7 @@ def reads_target(loop: ast.For | ast.AsyncFor) -> list[str]:
 
 def _uses(view: View, value: ast.AST, sized_by: str) -> list[ast.expr]:
     """The arguments (or items of tuple arguments) of calls in `value` written as `sized_by`."""
-    found = []
+    found: list[ast.expr] = []
     for call in (n for n in ast.walk(value) if isinstance(n, ast.Call)):
         for argument in [*call.args, *(k.value for k in call.keywords)]:
             items = argument.elts if isinstance(argument, (ast.Tuple, ast.List)) else [argument]
