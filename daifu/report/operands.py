@@ -50,7 +50,11 @@ _INT_NEEDED = (
     r"|tuple of ints|got float|integer"
 )
 _DTYPE_WORDS = r"\b(?:Float|Double|Half|BFloat16|float16|float32|float64|bfloat16)\b"
-_SIZE_TALK = r"size|match|shape|dimension"
+_SIZE_TALK = r"size|match|shape|dimension|mat1|mat2"
+_INDEX_TALK = r"index|bounds|range|target|assert"
+_DTYPE_TALK = r"dtype|scalar type|" + _DTYPE_WORDS
+_SIZE_KEYWORDS = frozenset("size dim start end length step shape k n num index kernel_size stride padding "
+                           "num_samples in_features out_features output_size".split())
 _LOSSES = frozenset({"cross_entropy", "nll_loss"})
 _LOSS_MODULES = frozenset({"CrossEntropyLoss", "NLLLoss"})
 
@@ -285,8 +289,9 @@ def _judge(result: _Found, evaluator: Evaluator, message: str) -> None:
         for root in result.statement.roots:
             for node in ast.walk(root):
                 if isinstance(node, ast.Call):
-                    _loss_targets(result, evaluator, node, torch)
-                    _layer_input(result, evaluator, node, torch)
+                    if re.search(_INDEX_TALK, message, re.IGNORECASE):
+                        _loss_targets(result, evaluator, node, torch)
+                    _layer_input(result, evaluator, node, torch, message)
         if re.search(_DTYPE_WORDS, message):
             _minority_dtype(result, torch)
         if re.search(_SIZE_TALK, message, re.IGNORECASE):
@@ -343,8 +348,9 @@ def _loss_targets(result: _Found, evaluator: Evaluator, call: ast.Call, torch: A
               f"{_dtype(target)}, range {low}..{high}; the loss has {classes} classes (0..{classes - 1})")
 
 
-def _layer_input(result: _Found, evaluator: Evaluator, call: ast.Call, torch: Any) -> None:
-    """A layer's input of another floating dtype, with ids past its rows, or of other features."""
+def _layer_input(result: _Found, evaluator: Evaluator, call: ast.Call, torch: Any, message: str) -> None:
+    """A layer's input with ids past its rows, of another floating dtype, or of other features: each only
+    where the message speaks of indices, dtypes or sizes."""
     layer = _evaluated(evaluator, call.func)
     if not is_a(layer, torch.nn.Module) or not call.args:
         return
@@ -355,7 +361,8 @@ def _layer_input(result: _Found, evaluator: Evaluator, call: ast.Call, torch: An
     name = _text(result.statement.source, call.func)
     own = object.__getattribute__(layer, "__dict__")
     rows = own.get("num_embeddings")
-    if type(rows) is int and not given.is_floating_point() and 0 < given.numel() <= MAX_ELEMENTS:
+    if type(rows) is int and not given.is_floating_point() and 0 < given.numel() <= MAX_ELEMENTS \
+            and re.search(_INDEX_TALK, message, re.IGNORECASE):
         with torch.no_grad():
             low, high = int(given.min()), int(given.max())
         if low < 0 or high >= rows:
@@ -363,12 +370,14 @@ def _layer_input(result: _Found, evaluator: Evaluator, call: ast.Call, torch: An
                   f"{_dtype(given)}, range {low}..{high}; `{name}` has {rows} rows (0..{rows - 1})")
             return
     wanted = _parameter_dtype(layer, torch)
-    if wanted is not None and given.is_floating_point() and given.dtype != wanted:
+    if wanted is not None and given.is_floating_point() and given.dtype != wanted \
+            and re.search(_DTYPE_TALK, message, re.IGNORECASE):
         _said(result, node, {"dtype": _dtype_name(wanted)},
               f"{_dtype(given)}; `{name}` computes in {_dtype_name(wanted)}")
         return
     features = own.get("in_features")
-    if type(features) is int and given.dim() >= 1 and given.shape[-1] != features:
+    if type(features) is int and given.dim() >= 1 and given.shape[-1] != features \
+            and re.search(_SIZE_TALK, message, re.IGNORECASE):
         _said(result, node, {"features": features},
               f"shape {tuple(given.shape)}; `{name}` takes {features} features in its last dimension")
 
@@ -404,10 +413,21 @@ def _minority_dtype(result: _Found, torch: Any) -> None:
 
 
 def _floats(result: _Found) -> None:
-    """The names and attributes holding a float where the message asks for an int."""
+    """The names and attributes holding a float where the message asks for an int, in a place an int goes:
+    an index, a slice's bound, a positional argument, a size argument (not a rate or a scale)."""
+    places = {id(node) for root in result.statement.roots for node in _int_places(root)}
     for text, (node, value) in result.values.items():
-        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and type(value) is float:
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and type(value) is float and id(node) in places:
             _said(result, node, {"int": True}, f"float {value!r} where an int is needed")
+
+
+def _int_places(root: ast.AST) -> Iterator[ast.AST]:
+    for node in ast.walk(root):
+        if isinstance(node, ast.Subscript):
+            yield from ast.walk(node.slice)
+        elif isinstance(node, ast.Call):
+            for argument in [*node.args, *(k.value for k in node.keywords if k.arg in _SIZE_KEYWORDS)]:
+                yield from ast.walk(argument)
 
 
 def _configured_rows(result: _Found, message: str, torch: Any) -> None:
