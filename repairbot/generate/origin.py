@@ -142,14 +142,15 @@ def _cast(view: View, operand: Operand, names: list[str], target: str) -> Iterat
 
 def _offset(view: View, operand: Operand, names: list[str], count: int) -> Iterator[GeneratedRepair | None]:
     """`- 1` at the origin of labels numbered 1..count, when nothing on the way holds a 0."""
-    low, high = operand.facts.get("min"), operand.facts.get("max")
-    if low != 1 or high != count or len(names) != 1:
-        return
-    name = names[0]
-
     def integer(read: str) -> bool:
         dtype = view.facts(read).get("dtype")
         return isinstance(dtype, str) and dtype.startswith(("int", "uint"))
+
+    low, high = operand.facts.get("min"), operand.facts.get("max")
+    carriers = [name for name in names if integer(name)]  # `labels[idx]`: the labels, not the index
+    if low != 1 or high != count or len(carriers) != 1:
+        return
+    name = carriers[0]
 
     links = chain(view, name, integer)
     held = [_range(view.facts(link.name)) for link in links] + [_range(view.facts(r)) for link in links
