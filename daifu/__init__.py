@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from daifu.core.crash import Crash
     from daifu.core.decisions import Action, Patch, Plays, Raise, Retry, Skip, SkipIteration, Surgery
     from daifu.core.trial import Verdict
+    from daifu.rescue.load import rescued
     from daifu.store.record import log_program_end
     from daifu.vaccinate import transform
 
@@ -45,6 +46,7 @@ __all__ = [
     "log_program_end",
     "logger",
     "repair",
+    "rescued",
     "set_policy",
     "settings",
     "transform",
@@ -66,6 +68,7 @@ _PUBLIC = {
     "set_policy": "daifu.config",
     "settings": "daifu.config",
     "log_program_end": "daifu.store.record",
+    "rescued": "daifu.rescue.load",
     "transform": "daifu.vaccinate",
 }
 

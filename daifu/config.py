@@ -56,6 +56,15 @@ class Settings:
     remote_deadline: with `approve="remote"`, seconds the process waits for a person's decision.
     remote_fallback: what it does then — `raise` (the exception goes on) or `auto` (the verified
         automatic repair of `approve="auto"`).
+    rescue: whether a crash that nothing repairs leaves the trained state it held in
+        `<workspace>/rescue/` before the exception goes on (`daifu.rescue`).
+    rescue_seconds: the time a rescue may take; past it the rescue is abandoned, said, and the run
+        goes on as without it.
+    rescue_on: the signals (`SIGTERM`, `SIGUSR1`...) that take a rescue at the next statement of a
+        vaccinated function, then have their usual effect (`daifu.rescue.signals`); none by default.
+    pass_over: what an automatic repair may pass over at its site in the run (`daifu.core.account`)
+        before automatic repairs there stop — `batch` (the crashed batch's own samples, once), a whole
+        number of samples, or `unlimited`.
     """
 
     mode: str = "interactive"
@@ -69,6 +78,10 @@ class Settings:
     trial_memory: int | None = None
     remote_deadline: float = 3600.0
     remote_fallback: str = "raise"
+    rescue: bool = True
+    rescue_seconds: float = 120.0
+    rescue_on: tuple[str, ...] = ()
+    pass_over: str = "batch"
 
 
 _ENV = {
@@ -83,6 +96,10 @@ _ENV = {
     "trial_memory": "DAIFU_TRIAL_MEMORY",
     "remote_deadline": "DAIFU_REMOTE_DEADLINE",
     "remote_fallback": "DAIFU_REMOTE_FALLBACK",
+    "rescue": "DAIFU_RESCUE",
+    "rescue_seconds": "DAIFU_RESCUE_SECONDS",
+    "rescue_on": "DAIFU_RESCUE_ON",
+    "pass_over": "DAIFU_PASS_OVER",
 }
 _given: dict[str, Any] = {}
 _policy: list[Callable[..., Any] | None] = [None]
@@ -101,7 +118,11 @@ def _checked(name: str, value: Any, source: str) -> Any:
         if number < (1 if name == "max_attempts" else 0):
             raise ConfigError(f"{source} has value {value!r}: it must be at least {1 if name == 'max_attempts' else 0}.")
         return number
-    if name in ("trial_seconds", "bot_deadline"):
+    if name == "rescue":
+        return _switch(value, source)
+    if name == "rescue_on":
+        return _signals(value, source)
+    if name in ("trial_seconds", "bot_deadline", "rescue_seconds"):
         try:
             seconds = float(value)
         except (TypeError, ValueError):
@@ -122,11 +143,56 @@ def _checked(name: str, value: Any, source: str) -> Any:
             raise ConfigError(f"{source} has value {value!r}: it must be a number of seconds above 0, "
                               f"at most {MAX_REMOTE_DEADLINE:.0f} (a week).")
         return seconds
+    if name == "pass_over":
+        return _pass_over(value, source)
     if name == "workspace":
         return Path(value)
     if name == "bot_url" and value is not None and not str(value).startswith(("http://", "https://")):
         raise ConfigError(f"{source} has value {value!r}: not an http(s) URL.")
     return value
+
+
+_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+def _switch(value: Any, source: str) -> bool:
+    """A setting that is on or off: a bool, or one of the words of `_ON` and `_OFF`."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word not in _ON + _OFF:
+        raise ConfigError(f"{source} has value {value!r}: not on or off ({', '.join(_ON + _OFF)}).")
+    return word in _ON
+
+
+_UNCATCHABLE = ("SIGKILL", "SIGSTOP")
+
+
+def _signals(value: Any, source: str) -> tuple[str, ...]:
+    """Signal names, given as a list or a comma-separated text (`"SIGTERM,SIGUSR1"`); each one a signal
+    of this platform that a program can catch."""
+    import signal  # only when the setting is given
+
+    names = [part.strip() for part in value.split(",")] if isinstance(value, str) else [str(v) for v in value]
+    found = []
+    for name in filter(None, names):
+        name = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
+        if name not in signal.Signals.__members__ or name in _UNCATCHABLE:
+            raise ConfigError(f"{source} has value {value!r}: {name} is not a signal a program can catch here.")
+        found.append(name)
+    return tuple(dict.fromkeys(found))
+
+
+PASS_OVER_WORDS = ("batch", "unlimited")
+
+
+def _pass_over(value: Any, source: str) -> str:
+    """`batch`, `unlimited`, or a whole number of samples (as text: the setting is one type)."""
+    text = str(value).strip().lower()
+    if text in PASS_OVER_WORDS or (text.isdigit() and not isinstance(value, bool)):
+        return str(int(text)) if text.isdigit() else text
+    raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(PASS_OVER_WORDS)}, "
+                      "nor a whole number of samples.")
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -162,6 +228,7 @@ def configure(**changes: Any) -> Settings:
             _given.pop(name, None)
         else:
             _given[name] = _checked(name, value, f"configure({name}=...)")
+    _tell_watchers()
     return settings()
 
 
@@ -214,3 +281,19 @@ def reset() -> None:
     _policy[0] = None
     TRANSFORM_REGISTRY.clear()
     TRANSFORM_REGISTRY.update(_REGISTRY_DEFAULTS)
+    _tell_watchers()
+
+
+_watchers: list[Callable[[], None]] = []
+
+
+def watch(callback: Callable[[], None]) -> None:
+    """Call `callback()` after each `configure()` and `reset()`: for a setting that acts on the process
+    when it changes (`rescue_on` installs signal handlers) rather than when it is next read."""
+    if callback not in _watchers:
+        _watchers.append(callback)
+
+
+def _tell_watchers() -> None:
+    for callback in list(_watchers):
+        callback()

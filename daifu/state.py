@@ -29,7 +29,9 @@ class RunState:
     said: messages given once per run (an ignored broadcast file, why DaiFu declined, no fork).
     focused: surgery files the console's `focus` wrote, whose edits a reopened console keeps.
     watches: per function, the watch of its last automatic repair (`daifu.decide.watch`).
-    distrusted: crash sites where automatic repairs stopped, because one did harm.
+    distrusted: crash sites where automatic repairs stopped, because one did harm or passed over
+        more than its budget.
+    accounts: per crash site, what its repairs passed over (`daifu.core.account.Account`).
     conversation: the console's `ask` rounds about the latest crash asked about
         (`daifu.console.ask.Conversation`).
     """
@@ -43,6 +45,7 @@ class RunState:
     focused: set[Path] = field(default_factory=set)
     watches: dict[str, Any] = field(default_factory=dict)
     distrusted: set[tuple[str, str, int]] = field(default_factory=set)
+    accounts: dict[tuple[str, str, int], Any] = field(default_factory=dict)
     conversation: Any = None
 
     def reset(self) -> None:

@@ -30,6 +30,7 @@ from daifu.core.source import SourceUnavailable, function_source
 from daifu.store import record
 
 if TYPE_CHECKING:
+    from daifu.core.account import Account, Firing
     from daifu.core.crash import Crash
     from daifu.core.decisions import Decision
     from daifu.decide.candidates import Candidate
@@ -74,6 +75,22 @@ class _Handling:
 
     def note(self, text: str) -> None:
         record.note(text)
+
+    def unrepaired(self, crash: Crash) -> None:
+        settings = config.settings()
+        if not settings.rescue:
+            return
+        from daifu.rescue import save  # loaded by the first crash nothing repairs
+
+        where = save.after_crash(crash, record.current_number(), settings)
+        if where is not None:
+            record.note(f"{crash.exception_type} in {crash.qualname} not repaired: its trained state is rescued "
+                        f"in {where}")
+
+    def passed_over(self, account: Account, firing: Firing, entry: RepairEntry | None) -> str | None:
+        from daifu.decide import watch
+
+        return watch.passed_over(account, firing, entry)
 
 
 TERMINAL = _Terminal()
@@ -169,7 +186,18 @@ def _vaccinate(target: Any, caller: FrameType, module: dict[str, Any] | None = N
     inner.__daifu__ = vaccine  # type: ignore[attr-defined]
     record.program_begin()
     _load_crash_path()
+    _arm_signals()
     return target
+
+
+def _arm_signals() -> None:
+    """Install the handlers of the `rescue_on` signals now, and again whenever `configure()` changes
+    them; `daifu.rescue.signals` loads only for a program that asks for them."""
+    if config.settings().rescue_on or "daifu.rescue.signals" in sys.modules:
+        from daifu.rescue import signals
+
+        signals.arm()
+    config.watch(_arm_signals)
 
 
 _CRASH_PATH = (

@@ -27,12 +27,15 @@ from repairbot.llm_code import (
     clean,
     import_in_action,
     import_in_lines,
+    indent_first_line,
     is_diff,
     missing_modules,
     one_def,
+    parses,
     problems,
     whole_function,
 )
+from repairbot.model_words import flagged
 from repairbot.names import bound_names
 from repairbot.llm_parse import Proposal, read_object, read_proposals
 from repairbot.protocol import CATEGORIES
@@ -67,9 +70,10 @@ class _Editable:
     locals: frozenset[str] = frozenset()
 
 
-def read_reply(report: CrashReport, text: str) -> Reading:
-    """The diagnosis and suggestions in a reply's text; raises `llm_parse.ReplyError` if it holds no answer."""
-    answer = read_object(text)
+def read_reply(report: CrashReport, reply: str | dict[str, Any]) -> Reading:
+    """The diagnosis and suggestions in a reply's text, or in the answer object already found in it
+    (`repairbot.llm_answer`); raises `llm_parse.ReplyError` if the text holds no answer."""
+    answer = read_object(reply) if isinstance(reply, str) else reply
     proposals, notes = read_proposals(answer)
     dropped = len(notes)
     diagnosis, why = _diagnosis(report, answer.get("diagnosis"))
@@ -132,7 +136,7 @@ def _sites(report: CrashReport) -> list[_Editable]:
 
 
 def _suggestion(report: CrashReport, sites: list[_Editable], p: Proposal) -> tuple[Suggestion, list[str]]:
-    common: dict[str, Any] = {"explanation": p.explanation, "confidence": p.confidence, "origin": "model"}
+    common: dict[str, Any] = {"explanation": flagged(p.explanation), "confidence": p.confidence, "origin": "model"}
     if p.kind == "retry":
         return Suggestion(kind="retry", **common), []
     if p.kind == "skip":
@@ -147,6 +151,7 @@ def _suggestion(report: CrashReport, sites: list[_Editable], p: Proposal) -> tup
     elif p.kind == "edit" and p.start_line is not None and p.end_line is not None:
         site = _site_of(sites, p, code)
         fn = site.function
+        code = _indented(fn, p.start_line, p.end_line, code, changes)
         code = _with_imports(code, site, changes, import_in_lines)
         new = apply_edit(fn, p.start_line, p.end_line, code)
         place = _edit_place(fn, p.start_line, p.end_line, code)
@@ -166,6 +171,18 @@ def _suggestion(report: CrashReport, sites: list[_Editable], p: Proposal) -> tup
             raise CodeError(f"`{fn.qualname}` is defined inside another function: no patch can reach it")
         return Suggestion(kind="patch_function", code=new, target=site.target, **common), changes
     return Suggestion(kind="surgery", code=new, **common), changes
+
+
+def _indented(fn: Function, start: int, end: int, code: str, changes: list[str]) -> str:
+    """An edit's new code, its first line indented like the others when it came at column 0 and the
+    function only parses that way."""
+    if parses(apply_edit(fn, start, end, code)):
+        return code
+    other = indent_first_line(code)
+    if other is None or not parses(apply_edit(fn, start, end, other)):
+        return code
+    changes.append("indented the first line of the new code like the lines after it (it came at column 0)")
+    return other
 
 
 def _site_of(sites: list[_Editable], p: Proposal, code: str) -> _Editable:

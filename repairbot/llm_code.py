@@ -343,7 +343,63 @@ def import_in_action(code: str, modules: dict[str, str]) -> str:
 
 
 def import_in_lines(code: str, modules: dict[str, str]) -> str:
-    """New lines of a function, preceded by the imports they need (local to the function)."""
-    indent = " " * _indent(code.split("\n"))
+    """New lines of a function, with the imports they need (local to the function): before them, or,
+    when they are a whole function (its decorators first), just before its first statement that uses
+    one, at that statement's indentation (so a change inside one block stays inside it)."""
+    lines = code.split("\n")
+    at = _first_use(code, set(modules))
+    indent = " " * (_indent(lines[at : at + 1]) if at is not None else _indent(lines))
     imports = [f"{indent}import {m}" if m == n else f"{indent}import {m} as {n}" for n, m in modules.items()]
-    return "\n".join(imports + [code])
+    at = at or 0
+    return "\n".join(lines[:at] + imports + lines[at:])
+
+
+def _first_use(code: str, names: set[str]) -> int | None:
+    """When `code` is one whole function: the index of the line of its first statement that reads one
+    of `names` (a compound statement by its header); else `None`."""
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    users = [
+        node.lineno
+        for node in ast.walk(tree.body[0])
+        if isinstance(node, ast.stmt) and node is not tree.body[0] and names & _header_reads(node)
+    ]
+    return min(users) - 1 if users else None
+
+
+def _header_reads(statement: ast.stmt) -> set[str]:
+    """The names a statement reads itself: a compound statement's header, not its blocks."""
+    found: set[str] = set()
+    todo: list[ast.AST] = [child for child in ast.iter_child_nodes(statement) if not isinstance(child, ast.stmt)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            found.add(node.id)
+        todo += [child for child in ast.iter_child_nodes(node) if not isinstance(child, ast.stmt)]
+    return found
+
+
+def indent_first_line(code: str) -> str | None:
+    """`code` with its first line at the indentation of the lines after it, when it came at column 0
+    and they are all indented (a JSON string that starts right after its quote); `None` otherwise.
+
+    Only a reading to try when `code` as given does not fit: a first line that opens a block
+    (`if x:`) rightly has its body indented below it.
+    """
+    lines = code.split("\n")
+    rest = [line for line in lines[1:] if line.strip()]
+    if not lines or not lines[0].strip() or lines[0][:1].isspace() or not rest or _indent(rest) == 0:
+        return None
+    return "\n".join([" " * _indent(rest) + lines[0]] + lines[1:])
+
+
+def parses(source: str) -> bool:
+    try:
+        ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return False
+    return True

@@ -24,6 +24,7 @@ MAX_REPLY_CHARS = 64 * 1024
 MAX_PROPOSALS = 6
 
 _THINK = re.compile(r"<(think|thinking|reasoning|reflection)>.*?(</\1>|\Z)", re.DOTALL | re.IGNORECASE)
+_CLOSE = re.compile(r"</(think|thinking|reasoning|reflection)>", re.IGNORECASE)
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 MODEL_KINDS = ("edit", "action", "retry", "skip")
 """The kinds of repair a model is asked for: the prompt lists them (`$kinds` in `prompts/repair.txt`), the
@@ -86,25 +87,63 @@ class Proposal:
     """Set when the kind was read from the content against the label."""
 
 
+def split_reasoning(text: str) -> tuple[str, str]:
+    """A reply's reasoning and the rest: each `<think>...</think>` block (an unclosed one runs to the
+    end), and all before a closing `</think>` that no opening tag precedes (DeepSeek-R1's chat template
+    puts the opening tag in the prompt, so the reply holds only the closing one)."""
+    text = text[:MAX_REPLY_CHARS]
+    reasoning = [m.group(0) for m in _THINK.finditer(text)]
+    rest = _THINK.sub("", text)
+    closes = list(_CLOSE.finditer(rest))
+    if closes:
+        reasoning.insert(0, rest[: closes[-1].start()])
+        rest = rest[closes[-1].end() :]
+    return "\n".join(reasoning), rest.strip()
+
+
 def read_object(text: str) -> dict[str, Any]:
-    """The answer object in a reply's text.
+    """The answer object in a reply's text, its reasoning left out (`split_reasoning`).
 
     Tried in turn: each fenced block, the whole text, then each balanced `{...}` in it; each as
-    JSON, then as a Python literal (single quotes, `True`, trailing commas). An object with a
-    `suggestions` or `diagnosis` key wins over any other; a bare list is taken as the suggestions.
+    JSON, then as JSON with `//` comments, then as a Python literal (single quotes, `True`,
+    trailing commas). An object with a `suggestions` or `diagnosis` key wins over any other; a bare
+    list is taken as the suggestions.
     """
-    thought = _THINK.search(text[:MAX_REPLY_CHARS]) is not None
-    text = _THINK.sub("", text[:MAX_REPLY_CHARS]).strip()
-    if not text:
-        raise ReplyError("the reply holds nothing but a <think> block" if thought else "the reply is empty")
-    found: list[Any] = [v for v in map(_decode, _candidates(text)) if isinstance(v, (dict, list))]
-    for value in found:
+    return read_noted(text)[0]
+
+
+def read_noted(text: str) -> tuple[dict[str, Any], list[str]]:
+    """`read_object`, and notes on what was put right to read it (reasoning left out, comments removed)."""
+    reasoning, rest = split_reasoning(text)
+    if not rest:
+        raise ReplyError("the reply holds nothing but a <think> block" if reasoning.strip() else "the reply is empty")
+    notes = []
+    if reasoning.strip() and _CLOSE.search(text) and not _THINK.search(text[:MAX_REPLY_CHARS]):
+        notes.append("left out the reasoning before `</think>` (the reply holds no opening tag)")
+    candidates = _candidates(rest)
+    found: list[tuple[Any, str]] = [(v, c) for c in candidates if isinstance(v := decode(c), (dict, list))]
+    for value, candidate in found:
         answer = _as_answer(value)
         if answer is not None:
-            return answer
+            if without_comments(candidate) != candidate and _json(candidate) is None:
+                notes.append("removed `//` comments from the reply's JSON")
+            return answer, notes
     if found:
         raise ReplyError("the reply's JSON has neither `suggestions` nor `diagnosis`")
     raise ReplyError(f"the reply holds no JSON object (it begins {_begin(text)})")
+
+
+def last_answer(text: str) -> dict[str, Any] | None:
+    """The last complete answer object in `text` (a model's reasoning: its drafts come first, its
+    conclusion last), or `None`."""
+    spans = [(m.start(), m.group(2)) for m in _FENCE.finditer(text)]
+    spans += [(start, span) for start in _braces(text, from_end=True) if (span := _balanced(text, start))]
+    for _, candidate in sorted(spans, key=lambda s: -s[0]):
+        value = decode(candidate)
+        answer = _as_answer(value) if isinstance(value, (dict, list)) else None
+        if answer is not None:
+            return answer
+    return None
 
 
 def _candidates(text: str) -> list[str]:
@@ -112,9 +151,10 @@ def _candidates(text: str) -> list[str]:
     return blocks + [text] + [span for start in _braces(text) if (span := _balanced(text, start))]
 
 
-def _braces(text: str) -> list[int]:
-    """Where an object may start: each `{` at the start of a line or after prose, at most 20."""
-    return [m.start() for m in re.finditer(r"[{\[]", text)][:20]
+def _braces(text: str, from_end: bool = False) -> list[int]:
+    """Where an object may start: each `{` or `[`, at most 20 (the first, or the last)."""
+    starts = [m.start() for m in re.finditer(r"[{\[]", text)]
+    return starts[-20:] if from_end else starts[:20]
 
 
 def _balanced(text: str, start: int) -> str | None:
@@ -143,15 +183,56 @@ def _balanced(text: str, start: int) -> str | None:
     return None
 
 
-def _decode(candidate: str) -> Any:
+def decode(candidate: str) -> Any:
+    """A JSON value (comments allowed) or a Python literal in `candidate`; `None` if it is neither."""
     candidate = candidate.strip()
     if not candidate or candidate[0] not in "{[":
         return None
+    value = _json(candidate)
+    if value is not None:
+        return value
+    uncommented = without_comments(candidate)
+    value = _json(uncommented) if uncommented != candidate else None
+    return value if value is not None else _python_literal(uncommented)
+
+
+def _json(text: str) -> Any:
     try:
-        return json.loads(candidate)
+        return json.loads(text)
     except (ValueError, RecursionError):
-        pass
-    return _python_literal(candidate)
+        return None
+
+
+def without_comments(text: str) -> str:
+    """`text` without `//` and `/* */` comments outside strings (JSON with comments, as JavaScript
+    writes it); a URL inside a string keeps its `//`."""
+    kept: list[str] = []
+    quote: str | None = None
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            kept.append(c)
+            if c == "\\" and i + 1 < len(text):
+                kept.append(text[i + 1])
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+            kept.append(c)
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = len(text) if end < 0 else end + 2
+            continue
+        else:
+            kept.append(c)
+        i += 1
+    return "".join(kept)
 
 
 def _python_literal(text: str) -> Any:

@@ -141,10 +141,42 @@ class Operand(BaseModel):
     wrong: str = Field(default="", max_length=1000)
 
 
+class Lookup(BaseModel):
+    """A lookup of the faulty statement that failed, seen on the live object (`daifu.report.lookups`).
+
+    kind: `key` (a mapping without the key), `attribute` (an object without the attribute), `name` (a
+        name no scope holds), `index` (a sequence the index is past), `divisor` (a divisor that is 0).
+    function, lineno: the frame's function (its qualname) and file line: the vaccinated function, or a
+        user callee below it.
+    expression: the sub-expression looked in, as written (`metrics`, `self.history`; for `divisor`,
+        the divisor; empty for `name`). wanted: what was looked up: the key as a literal (`'val_acc'`),
+        the attribute or the name, the index (`3`), the divisor's value (`0`).
+    type: the looked-in object's type; length: its length (entries of a mapping, items of a sequence).
+    names: what it holds instead: keys as literals, attribute names, names in scope; the closest to
+        `wanted` first, bounded. kinds: the kind of value under each name (`float`, `list[float]`,
+        `Tensor`, `Module`, `method`); a sequence's `kinds` has its items' kinds under `item`.
+    suggestion: Python's own "Did you mean" for an `AttributeError` or a `NameError`, where the running
+        Python exposes it.
+    """
+
+    kind: Literal["key", "attribute", "name", "index", "divisor"]
+    function: str
+    lineno: int
+    expression: str = ""
+    wanted: str = ""
+    type: str = ""
+    length: int | None = None
+    names: list[str] = Field(default_factory=list)
+    kinds: dict[str, str] = Field(default_factory=dict)
+    suggestion: str | None = None
+
+
 class CrashReport(BaseModel):
     """Everything the repair bot is told about one crash.
 
     operands: the faulty statement's operands, evaluated where safe, the wrong ones named.
+    lookups: the failed lookups of the faulty statement on their live objects (a missing key, an
+    attribute typo, an index one past the end, a zero divisor), for the repairs that read them.
     """
 
     exception: ExceptionInfo
@@ -156,6 +188,7 @@ class CrashReport(BaseModel):
     attempt: int = 1
     truncated: bool = False
     operands: list[Operand] = Field(default_factory=list, max_length=MAX_OPERANDS)
+    lookups: list[Lookup] = Field(default_factory=list)
 
 
 def fingerprint(report: CrashReport) -> str:

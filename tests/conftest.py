@@ -13,9 +13,9 @@ from daifu.state import RUN
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked `slow` first, the others in their order: the parallel workers (pyproject's `addopts`)
-    start with the longest files and end together instead of one waiting on a slow file started last."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The tests marked `slow` or `e2e` first, the others in their order: the parallel workers (pyproject's
+    `addopts`) start with the longest files and end together instead of one waiting on a slow file started last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None and item.get_closest_marker("e2e") is None)
 
 
 @pytest.fixture(autouse=True)

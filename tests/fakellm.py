@@ -1,12 +1,14 @@
 """A fake OpenAI-compatible model server on 127.0.0.1, replaying scripted replies over real HTTP.
 
 It speaks the Chat Completions wire format (`POST /v1/chat/completions`, `GET /v1/models`) as
-OpenAI, Ollama, vLLM and llama.cpp's server do, and records every request body, so tests can
-assert on the prompt, the `response_format`, `max_tokens` and the number of calls. A `Reply` says
-how to answer one request: content, tool calls with empty content, `finish_reason`, a refusal,
-an error status with a body, a delay, or a body trickled out a few bytes at a time. The server
-itself can reject `response_format` types with 400 and unknown models with 404, each with the
-error body its real counterpart sends.
+OpenAI, Ollama, vLLM and llama.cpp's server do, and records every request body (and when it came),
+so tests can assert on the prompt, the `response_format`, `max_tokens`, the number of calls and
+the time between them. A `Reply` says how to answer one request: content, tool calls (with or
+without content), the reasoning a reasoning parser puts apart from the content, `finish_reason`,
+a refusal, an error status with a body and headers, a delay, a body trickled out a few bytes at a
+time, the completion sent as server-sent events although no stream was asked for, or a body that
+is no completion at all. The server itself can reject `response_format` types with 400 and
+unknown models with 404, each with the error body its real counterpart sends.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +38,13 @@ class Reply:
     delay: seconds to wait before answering. trickle: seconds between chunks of the body (8
     bytes each), as a slow server or a slow proxy sends it. usage: `(prompt_tokens,
     completion_tokens)` as the server counts them (zeros, as some local servers send, if not given).
+    reasoning: the model's reasoning, sent apart from the content in the field `reasoning_field`
+    (`reasoning_content`: vLLM up to 0.10 with `--reasoning-parser`, llama.cpp's server with
+    `--reasoning-format deepseek`, DeepSeek's API; `reasoning`: vLLM from 0.11, OpenRouter).
+    headers: response headers (`Retry-After` on a 429). events: the completion sent as
+    `text/event-stream` chunks (`chat.completion.chunk` deltas, then `data: [DONE]`) whatever the
+    request asked, as some gateways and small servers do. body, media_type: a raw body sent
+    instead of any completion (a proxy's HTML page, another API's JSON), with `status`.
     """
 
     content: str | None = ""
@@ -46,6 +56,12 @@ class Reply:
     delay: float = 0.0
     trickle: float = 0.0
     usage: tuple[int, int] = (0, 0)
+    reasoning: str | None = None
+    reasoning_field: str = "reasoning_content"
+    headers: dict[str, str] = field(default_factory=dict)
+    events: bool = False
+    body: str | None = None
+    media_type: str = "application/json"
 
 
 Script = Callable[[dict[str, Any]], "Reply | str"]
@@ -78,6 +94,8 @@ class FakeLLM:
         self.rejects = rejects
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.times: list[float] = []
+        """`time.monotonic()` when each request came."""
         self.disconnects = 0
         self._lock = threading.Lock()
         self.app = Starlette(
@@ -126,6 +144,7 @@ class FakeLLM:
     async def _complete(self, request: Request) -> Response:
         body = await request.json()
         with self._lock:
+            self.times.append(time.monotonic())
             self.requests.append(body)
             self.headers.append(dict(request.headers))
         if body.get("model") not in self.models:
@@ -138,12 +157,17 @@ class FakeLLM:
         reply = self._next(body)
         if reply.delay and await self._wait(request, reply.delay):
             return Response(status_code=499)
+        if reply.body is not None:
+            return Response(reply.body, reply.status, media_type=reply.media_type, headers=reply.headers)
         if reply.status != 200:
-            return JSONResponse(reply.error or openai_error("error"), status_code=reply.status)
+            return JSONResponse(reply.error or openai_error("error"), status_code=reply.status, headers=reply.headers)
+        if reply.events:
+            events = _events(body["model"], reply)
+            return Response(events, media_type="text/event-stream", headers=reply.headers)
         payload = json.dumps(_completion(body["model"], reply)).encode()
         if reply.trickle:
             return StreamingResponse(self._trickled(request, payload, reply.trickle), media_type="application/json")
-        return Response(payload, media_type="application/json")
+        return Response(payload, media_type="application/json", headers=reply.headers)
 
     async def _wait(self, request: Request, seconds: float) -> bool:
         """Sleep `seconds`, watching the connection; `True` if the client went away first."""
@@ -166,6 +190,8 @@ class FakeLLM:
 
 def _completion(model: str, reply: Reply) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": reply.refusal}
+    if reply.reasoning is not None:
+        message[reply.reasoning_field] = reply.reasoning
     if reply.tool_calls:
         message["tool_calls"] = [
             {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -183,3 +209,38 @@ def _completion(model: str, reply: Reply) -> dict[str, Any]:
             "total_tokens": sum(reply.usage),
         },
     }
+
+
+def _events(model: str, reply: Reply) -> str:
+    """The reply as a stream of `chat.completion.chunk` events: the role, the reasoning and the
+    content in pieces of 16 characters, each tool call's name then its arguments in pieces, the
+    finish reason, the usage, and `[DONE]` (the shape OpenAI documents for `stream: true`)."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        data = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": [choice],
+        }
+        return f"data: {json.dumps(data)}\n\n"
+
+    def pieces(text: str) -> list[str]:
+        return [text[i : i + 16] for i in range(0, len(text), 16)]
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({reply.reasoning_field: piece}) for piece in pieces(reply.reasoning or "")]
+    events += [chunk({"content": piece}) for piece in pieces(reply.content or "")]
+    for index, (name, arguments) in enumerate(reply.tool_calls):
+        start = {"index": index, "id": f"call_{index}", "type": "function", "function": {"name": name, "arguments": ""}}
+        events.append(chunk({"tool_calls": [start]}))
+        events += [
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}) for piece in pieces(arguments)
+        ]
+    events.append(chunk({}, reply.finish_reason))
+    usage = {"prompt_tokens": reply.usage[0], "completion_tokens": reply.usage[1], "total_tokens": sum(reply.usage)}
+    last = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": []}
+    events.append(f"data: {json.dumps(last | {'usage': usage})}\n\n")  # with stream_options.include_usage
+    return "".join(events) + "data: [DONE]\n\n"

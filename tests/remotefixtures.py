@@ -32,6 +32,9 @@ PROGRAM = ROOT / "tests" / "programs" / "remote_training.py"
 FAULTY_LINE = next(n for n, line in enumerate(PROGRAM.read_text().splitlines(), 1) if ".values.numpy()" in line)
 """The line of the program that crashes."""
 TOKEN = "remote-test-token-4f1c9e"
+HANG_S = 600.0
+"""How long a job may take to reach its wait, or to finish, before the test calls it hung: starting, training
+to the crash and trying the bot's suggestions took over 90 s on two cores at load 15."""
 CHROMIUM = os.environ.get("DAIFU_CHROMIUM", "/usr/bin/chromium")
 BROWSER_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -78,7 +81,7 @@ class Job:
         )
         self.stdout = self.stderr = ""
 
-    def pending(self, timeout: float = 90.0) -> str:
+    def pending(self, timeout: float = HANG_S) -> str:
         """The id of this job's repair once it waits on the service (fails if the process ends first)."""
         deadline = time.monotonic() + timeout
         with api(self.url) as client:
@@ -93,7 +96,7 @@ class Job:
                 time.sleep(0.1)
         raise AssertionError("the job never posted a pending repair")
 
-    def finish(self, timeout: float = 120.0) -> int:
+    def finish(self, timeout: float = HANG_S) -> int:
         """Wait for the process to end; its exit status (output in `stdout`, `stderr`)."""
         self.stdout, self.stderr = self.process.communicate(timeout=timeout)
         return self.process.returncode
@@ -126,7 +129,7 @@ def job(url: str, workdir: Path, **settings: str) -> Iterator[Job]:
 @functools.cache
 def fixed_result() -> dict[str, Any]:
     """What the hand-fixed program gives: the result a repaired run must reproduce (computed once)."""
-    done = subprocess.run([sys.executable, str(PROGRAM), "fixed"], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, str(PROGRAM), "fixed"], capture_output=True, text=True, timeout=HANG_S,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 

@@ -336,6 +336,22 @@ def test_mutating_methods_on_names_known_to_hold_containers_or_strings(code: str
 
 
 @pytest.mark.parametrize(
+    ("code", "admitted"),
+    [
+        ("line = 'step {} loss {loss:.4f} {0!r}'.format(batch_size, loss=losses)", True),  # fields name values only
+        ("line = '{acc:>8.3f}'.format_map(dict(acc=1.0))", True),
+        ("line = '{0.__globals__}'.format(model)", False),  # an attribute read by name
+        ("line = '{m[key]}'.format(m=losses)", False),  # an item read by name
+        ("line = '{x:{x.__class__}}'.format(x=losses)", False),  # a field nested in a spec
+        ("template = '{0}'\nline = template.format(model)", False),  # not a literal: its fields are not known
+    ],
+)
+def test_a_literal_format_whose_fields_only_name_values_is_admitted(code: str, admitted: bool,
+                                                                     context: Context) -> None:
+    assert check_safety(code, context).ok is admitted, check_safety(code, context).reasons
+
+
+@pytest.mark.parametrize(
     "code",
     [
         "model.remove(1)",  # a model: not a container

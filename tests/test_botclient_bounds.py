@@ -105,7 +105,8 @@ def test_a_trickling_bot_is_cut_at_the_deadline(phase: str) -> None:
         start = time.monotonic()
         answer = ask_bot(report_of(halves, [1, 2, 3, 4]), server.url, deadline=2.0)
         elapsed = time.monotonic() - start
-        assert 1.8 <= elapsed < 10, elapsed  # at the deadline: per-read timeouts never fired
+        # At the deadline: per-read timeouts would have waited for the whole trickle (the headers alone: 50 s).
+        assert 1.8 <= elapsed < 30, elapsed
         assert answer.source == "in-process" and answer.suggestions[0].kind == "surgery"
         assert server.url in (answer.warning or "") and "2 s deadline" in (answer.warning or "")
         assert json.loads(server.request)["deadline_s"] == 2.0  # the service may bound its work by it
@@ -172,6 +173,6 @@ def test_training_goes_on_past_a_trickling_bot(tmp_path: Path) -> None:
     finally:
         server.close()
     assert result == [1, 2] and log == ["started"]
-    assert elapsed < 15, elapsed  # it was 81.6 s with a byte every 5 s
+    assert elapsed < 60, elapsed  # it was 81.6 s with a byte every 5 s; uncut, this trickle lasts 14 h
     answers = [json.loads(line) for line in (tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()]
     assert answers[-1]["source"] == "in-process" and "deadline" in answers[-1]["fallback_reason"]

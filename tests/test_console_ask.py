@@ -26,6 +26,8 @@ from tests.terminal import Terminal, line_of, program, spawn
 FAULTY = "total = total + item"
 LINE = line_of("accumulate.py", FAULTY)
 ANSWER = "`data` holds the string '3' among the integers, and `int + str` is undefined."
+MARK = "The model (test-model) says, not DaiFu (nothing in it was run): "
+"""How the service gives the model's words: as the model's, and, holding code, saying nothing in it was run."""
 
 
 def model_reply(body: dict[str, Any]) -> str:
@@ -98,7 +100,7 @@ def test_ask_answers_the_question_offers_tried_suggestions_and_applies_the_chose
     assert f"Asking the repair bot ({url})..." in shown
     assert f"The repair bot (openai at {url}) answered." in shown
     assert "Your question: why does adding the item fail?" in shown
-    assert f"Answer:\n  {ANSWER} (You asked: why does adding the item fail?)" in shown
+    assert f"Answer:\n  {MARK}{ANSWER} (You asked: why does adding the item fail?)" in shown  # the model's words
     assert "Trying 3 of its 3 usable suggestions on a copy of the run..." in shown
     assert "[exceptional_data] culprit: main" in shown and "The list mixes integers with the string '3'." in shown
     assert "Suggestion 1/3 (surgery, confidence 0.90): Convert each item to an integer" in shown
@@ -121,7 +123,7 @@ def test_ask_answers_the_question_offers_tried_suggestions_and_applies_the_chose
     assert [(r["decision"], r["decided_by"]) for r in records] == [("Surgery", "console")]
     answers = [json.loads(line) for line in (tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()]
     assert answers[0]["transcript"]["messages"] == llm.requests[0]["messages"]
-    assert answers[0]["answer"].startswith(ANSWER)
+    assert answers[0]["answer"].startswith(MARK + ANSWER)
 
 
 def test_a_follow_up_ask_carries_the_conversation_and_what_was_tried(
@@ -138,7 +140,7 @@ def test_a_follow_up_ask_carries_the_conversation_and_what_was_tried(
     first, second = llm.prompts
     assert "asked about this crash before" not in first
     assert "  Q: why does adding the item fail?" in second
-    assert f"  A: {ANSWER} (You asked: why does adding the item fail?) (Diagnosis: [exceptional_data]" in second
+    assert f"  A: {MARK}{ANSWER} (You asked: why does adding the item fail?) (Diagnosis: [exceptional_data]" in second
     assert "  then: surgery: Convert each item to an integer before adding it. -> trial: iteration finished" in second
     assert "  then: retry: Run the addition again. -> trial: raised TypeError" in second
     assert "  then: skip: Leave the bad item out. (Skipping line" in second

@@ -68,6 +68,7 @@ def test_demo_trains_through_three_crashes_and_leaves_nothing_behind(tmp_path: P
     assert [p.name for p in (tmp_path / "home-tmp").glob("daifu-demo-*")] == []
 
 
+@pytest.mark.e2e  # the default run keeps the demo itself
 def test_demo_keep_leaves_the_record_where_it_says_and_daifu_show_reads_it(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

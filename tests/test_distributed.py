@@ -71,6 +71,7 @@ def assert_same(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -
         assert torch.allclose(left[key], right[key], atol=1e-6), key
 
 
+@pytest.mark.e2e  # the default run keeps the one-rank repair
 def test_same_bug_on_every_rank_gets_one_surgery_that_all_apply(tmp_path: Path, reference) -> None:
     done = launch("shape", tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -109,6 +110,7 @@ def test_crash_on_one_rank_is_repaired_there_while_the_other_waits(tmp_path: Pat
     assert verdict["outcome"] == "stopped at effect" and "all_reduce" in verdict["detail"]
 
 
+@pytest.mark.e2e  # the default run keeps the one-rank repair
 def test_transient_all_reduce_fault_is_retried(tmp_path: Path, reference) -> None:
     done = launch("allreduce", tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -118,6 +120,7 @@ def test_transient_all_reduce_fault_is_retried(tmp_path: Path, reference) -> Non
     assert (repair["decision"], repair["statement"]) == ("Retry", "all_reduce(parameter.grad)")
 
 
+@pytest.mark.e2e  # the default run keeps the one-rank repair
 def test_unrepairable_crash_ends_the_job_with_the_original_exception(tmp_path: Path) -> None:
     started = time.monotonic()
     done = launch("fatal", tmp_path)

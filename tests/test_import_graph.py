@@ -27,6 +27,7 @@ DAIFU_LAYERS: tuple[tuple[str, ...], ...] = (
     ("daifu.vaccinate",),  # where the runtime meets the layers above it: it assembles them
     ("daifu.console",),  # a person decides
     ("daifu.decide",),  # who decides: the chain, the bot client, the verification stage
+    ("daifu.rescue",),  # what is saved of a run nothing repaired
     ("daifu.store",),  # what is kept
     ("daifu.report",),  # what the bot sees
     ("daifu.core",),  # the mechanism

@@ -147,7 +147,7 @@ def test_a_question_and_the_conversation_go_in_the_one_call_and_the_answer_comes
     assert prompt.index("Paused at line") < prompt.index("Q: why") < prompt.index("now asks")  # the crash once, first
     schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
     assert "answer" in schema["required"] and schema["properties"]["answer"] == {"type": "string"}
-    assert response["answer"] == "The images keep their 8x8 grid: flatten them."
+    assert response["answer"] == "The model (test-model) says, not DaiFu: The images keep their 8x8 grid: flatten them."
     assert response["backend_used"] == "openai"
 
 
@@ -188,7 +188,7 @@ def test_the_rules_engine_says_it_answers_no_questions(train: Case) -> None:
 
 def test_a_failed_model_call_answers_the_question_with_the_rules_line(train: Case) -> None:
     with FakeLLM([Reply(status=500, error={"error": {"message": "boom"}})]) as llm:
-        (response,) = suggest(model(llm), train, question="why?", deadline_s=2)
+        (response,) = suggest(model(llm), train, question="why?", deadline_s=60)  # the 500 ends it, not the deadline
     assert response["answer"] == NO_QUESTIONS and response["backend_used"] == "rules"
     assert "HTTP 500: boom" in response["fallback_reason"]
     assert response["transcript"]["reply"] is None and response["transcript"]["messages"][-1]["content"]

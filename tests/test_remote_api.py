@@ -30,6 +30,7 @@ import daifu
 from daifu import config
 from daifu.core import trial
 from daifu.decide import distributed
+from daifu.decide.remote import POLL_S
 from repairbot.pending import PendingStore, Status
 from repairbot.protocol import (
     EDIT_KINDS,
@@ -284,7 +285,7 @@ def test_a_poll_returns_as_soon_as_a_person_decides(url: str) -> None:
         client.post(f"/v1/pending/{process.id}/decide", params={"wait": 0}, json={"choice": "retry", "by": "eve"})
     poller.join()
     (when, poll), = polled
-    assert poll["status"] == "proposed" and poll["choice"]["choice"] == "retry" and when - started < 5
+    assert poll["status"] == "proposed" and poll["choice"]["choice"] == "retry" and when - started < 15  # not at 20 s
 
 
 def test_a_service_without_a_token_lets_nobody_decide() -> None:
@@ -392,7 +393,7 @@ needs_trials = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no t
 
 @pytest.mark.torch
 @pytest.mark.slow
-@pytest.mark.parametrize("fallback", ["raise", "auto"])
+@pytest.mark.parametrize("fallback", ["raise", pytest.param("auto", marks=pytest.mark.e2e)])  # auto: its trials
 def test_past_the_deadline_the_process_falls_back(url: str, tmp_path: Path, fallback: str) -> None:
     with job(url, tmp_path, DAIFU_REMOTE_DEADLINE="3", DAIFU_REMOTE_FALLBACK=fallback) as running:
         repair = running.pending()
@@ -419,7 +420,9 @@ def test_ctrl_c_ends_the_wait_and_propagates(url: str, tmp_path: Path) -> None:
         running.interrupt()
         status = running.finish()
         took = time.monotonic() - interrupted
-    assert status in (-2, 130) and took < 10, (status, took)
+    # Sent as the first long poll starts: had the interrupt waited for the poll to end, the process would end
+    # after POLL_S (25 s); its exit alone takes 1 s on a quiet machine, 13 s on two cores at load 13.
+    assert status in (-2, 130) and took < POLL_S, (status, took)
     assert "KeyboardInterrupt" in running.stderr and "Ctrl-C: stopped waiting for a decision" in running.stderr
     with api(url) as client:
         state = client.get(f"/v1/pending/{repair}").json()

@@ -77,8 +77,8 @@ def test_a_200_kb_message_is_answered_fast_while_healthz_keeps_answering(url: st
     for sender in senders:
         sender.join()
     assert [status for status, _ in results] == [200] * 4
-    assert max(seconds for _, seconds in results) < 10, results  # it was 21-32 s of CPU each
-    assert max(health) < 2, health  # it timed out
+    assert max(seconds for _, seconds in results) < 20, results  # it was 21-32 s of CPU each
+    assert max(health) < 15, health  # it timed out (30 s)
 
 
 def test_300_float_locals_give_a_bounded_answer(url: str) -> None:
@@ -209,16 +209,16 @@ def test_a_failed_computation_leaves_nothing_behind() -> None:
 
 
 def test_an_answer_later_than_the_deadline_is_a_503_at_the_deadline() -> None:
-    backend = SlowRules(3.0)
+    backend = SlowRules(6.0)
     url, stop = start_in_thread(backend, workers=1)
     try:
         start = time.monotonic()
         replies = send_together(url, [huge_message_report(100, f"{i} ") for i in range(3)], deadline_s=0.5)
         elapsed = time.monotonic() - start
-        assert [r.status_code for r in replies] == [503] * 3 and elapsed < 2.5
+        assert [r.status_code for r in replies] == [503] * 3 and elapsed < 5, elapsed  # not the backend's 6 s
         assert "budget of 0.5 s" in replies[0].json()["detail"] and replies[0].headers["retry-after"]
-        assert httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-        time.sleep(3.5)
+        assert httpx.get(f"{url}/healthz", timeout=15).status_code == 200
+        time.sleep(6.5)
         assert backend.calls == 1  # the two still queued for the one worker were never run
         assert post(url, base_report()).status_code == 200  # and the worker is free again
     finally:

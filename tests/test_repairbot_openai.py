@@ -31,7 +31,7 @@ from repairbot.backends.openai import OpenAIBackend, forget_capabilities
 from repairbot.server import start_in_thread
 from tests.fakellm import FakeLLM, Reply, openai_error
 from tests.llmcases import Case, cases
-from tests.replystyles import answer, flat_edit
+from tests.replystyles import answer, diagnosis, flat_edit
 from tests.terminal import child_env
 
 KEY = "sk-test-key-never-shown"
@@ -85,7 +85,7 @@ def test_one_call_carries_the_crash_the_schema_and_a_token_limit(train: Case) ->
     line = train.report.function.lineno
     assert f">>{line:>4}              logits = model(images)" in prompt  # the listing, in file line numbers
     assert "images: Tensor shape=(8, 1, 8, 8)" in prompt and "layers 0: 64->32" in prompt  # values and facts
-    assert "earlier lines do not" in prompt and "keep their old values" in prompt  # resume and skip semantics
+    assert "no line before it does" in prompt and "keep their old values" in prompt  # resume and skip semantics
     assert "DaiFu's offline rules say (tensor_mismatch)" in prompt
     assert sent["response_format"]["type"] == "json_schema" and sent["response_format"]["json_schema"]["strict"]
     assert sent["max_tokens"] == 1200 and sent["temperature"] == 0
@@ -184,7 +184,7 @@ def test_a_rate_limit_is_retried_once(train: Case) -> None:
     with FakeLLM(replies) as llm:
         reply = post(OpenAIBackend(base_url=llm.url, model="test-model"), train.report).json()
     assert reply["backend_used"] == "openai" and len(llm.requests) == 2
-    assert "retried once after a failed attempt" in reply["notes"]
+    assert "retried once after HTTP 429, a moment later" in reply["notes"]
 
 
 def test_persistent_server_errors_are_retried_once_then_fall_back(train: Case) -> None:
@@ -199,7 +199,7 @@ def test_an_unreachable_endpoint_falls_back_at_once(train: Case) -> None:
     started = time.monotonic()
     answer = backend.suggest(train.report)
     assert answer.backend_used == "rules" and "cannot reach http://127.0.0.1:9/v1" in (answer.fallback_reason or "")
-    assert time.monotonic() - started < 10  # one retry, no back-off beyond a second
+    assert time.monotonic() - started < 30  # one retry, no back-off beyond a second (a busy machine: seconds)
 
 
 def test_a_trickling_model_gets_the_rules_answer_within_the_requests_deadline(train: Case) -> None:
@@ -211,17 +211,19 @@ def test_a_trickling_model_gets_the_rules_answer_within_the_requests_deadline(tr
     assert reply.status_code == 200 and body["backend_used"] == "rules"
     assert "no reply within the crash's deadline of 2 s" in body["fallback_reason"]
     assert body["suggestions"][0]["origin"] == "rules"
-    assert took < 10.0, took  # the deadline, a server started and stopped (on a busy machine); the trickle: minutes
+    assert took < 30.0, took  # the deadline, a server started and stopped (on a busy machine); the trickle: minutes
     assert len(llm.requests) == 1  # no retry once the deadline is spent
 
 
 def test_the_servers_deadline_bounds_a_silent_model(train: Case) -> None:
-    with FakeLLM([Reply(content=good(train), delay=30)]) as llm:
+    with FakeLLM([Reply(content=good(train), delay=120)]) as llm:
         started = time.monotonic()
         reply = post(OpenAIBackend(base_url=llm.url, model="test-model"), train.report, deadline=1.5).json()
-        assert time.monotonic() - started < 10.0  # the deadline, not the model's 30 s
+        assert time.monotonic() - started < 60.0  # the deadline, not the model's 120 s
         assert "deadline of 1.5 s" in reply["fallback_reason"]
-        time.sleep(0.3)
+        waited = time.monotonic()
+        while llm.disconnects == 0 and time.monotonic() - waited < 30:  # the model's 120 s would end it too
+            time.sleep(0.05)
         assert llm.disconnects == 1  # the call was cancelled and its connection closed
 
 
@@ -232,7 +234,7 @@ def test_the_model_call_stops_when_the_client_goes_away(train: Case) -> None:
             with pytest.raises(httpx.ReadTimeout):
                 httpx.post(f"{url}/v1/suggest", json={"report": train.report.model_dump(mode="json")}, timeout=1.0)
             waited = time.monotonic()
-            while llm.disconnects == 0 and time.monotonic() - waited < 5:
+            while llm.disconnects == 0 and time.monotonic() - waited < 25:  # the model's 30 s would end it too
                 time.sleep(0.05)
             assert llm.disconnects == 1, "the service kept waiting for the model after its client left"
             llm.script([good(train)])
@@ -247,7 +249,10 @@ def test_diagnose_makes_the_same_single_call(train: Case) -> None:
         reply = post(OpenAIBackend(base_url=llm.url, model="test-model"), train.report, "diagnose").json()
     assert len(llm.requests) == 1 and reply["backend_used"] == "openai"
     assert reply["diagnosis"]["culprit"]["lineno"] == train.report.function.lineno
-    assert reply["diagnosis"]["explanation"].startswith("The images are 4-D")
+    assert (
+        reply["diagnosis"]["explanation"]
+        == f"The model (test-model) says, not DaiFu: {diagnosis(train)['explanation']}"
+    )
 
 
 def test_the_service_calls_the_model_once_for_concurrent_identical_reports(train: Case) -> None:

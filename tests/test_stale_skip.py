@@ -99,7 +99,10 @@ def test_a_skip_of_a_statement_that_assigns_nothing_is_still_applied(skipping: i
 
 
 def test_skips_at_one_site_are_bounded(skipping: int) -> None:
-    """`MAX_SKIPS` bot skips at one site, then the crash raises: the same crash batch after batch is a bug."""
+    """`MAX_SKIPS` bot skips at one site, then the crash raises: the same crash batch after batch is a bug.
+    (With the default budget of what a repair may pass over, the second skip is stopped already:
+    `tests/test_account.py`; this bound holds without one.)"""
+    daifu.configure(pass_over="unlimited")
     log: list[float] = []
     with pytest.raises(ValueError, match="hold nan"):
         daifu.transform(fresh(logged))([0.9] + [float("nan")] * (MAX_SKIPS + 2), log)

@@ -18,6 +18,7 @@ import daifu
 from daifu import config
 from daifu.cli import launch
 from daifu.store import repairs
+from daifu.store.lines import read_objects
 from daifu.report.redact import redact
 
 USAGE_ERROR = 2
@@ -68,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--record", type=Path, help=RECORD_HELP)
     report.add_argument("number", type=int, nargs="?", help="its number in `daifu show` (default: the last)")
     report.set_defaults(handler=_report)
+    rescue = commands.add_parser(
+        "rescue", help="list the rescues of runs nothing repaired, or describe one",
+        description="List the rescues (the trained state saved when a crash was not repaired, or at a signal).",
+    )
+    rescue.add_argument("--workspace", type=Path, help="the workspace folder (default: the one in effect)")
+    rescue.add_argument("number", type=int, nargs="?", help="its number in the list: describe it and how to load it")
+    rescue.set_defaults(handler=_rescue)
     serve = commands.add_parser("serve", help="serve the repair bot over HTTP", description="Serve the repair bot.")
     serve.add_argument("--backend", choices=("rules", "openai"), default="rules", help="who diagnoses (default: rules)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
@@ -119,16 +127,36 @@ def _show(args: argparse.Namespace) -> int:
     entries = _load(args.record)
     if entries is None:
         return USAGE_ERROR
-    _table(entries)
+    _table(entries, _passed_over(entries, args.record))
     return _plot(entries, _folder(args.record), args.plot) if args.plot is not None else 0
 
 
-def _table(entries: list[dict[str, Any]]) -> None:
+def _passed_over(entries: list[dict[str, Any]], path: Path | None) -> list[str]:
+    """What each repair passed over (`daifu.core.account`), as last recorded: on its own line, or on
+    a later line of what its site's repairs passed over since (by process and repair number)."""
+    try:
+        if path is not None and not path.is_dir():
+            later = [entry for entry in read_objects(path) if entry.get("event") == repairs.PASSED_OVER]
+        else:
+            later = [entry for entry in repairs.events(path) if entry.get("event") == repairs.PASSED_OVER]
+    except (OSError, ValueError):
+        later = []
+    latest = {(event.get("pid"), event.get("rank"), event.get("repair")): event for event in later}
+    texts = []
+    for entry in entries:
+        found = latest.get((entry.get("pid"), entry.get("rank"), entry.get("repair"))) or entry.get("passed_over")
+        texts.append(str(found.get("text", "")) if isinstance(found, dict) else "")
+    return texts
+
+
+def _table(entries: list[dict[str, Any]], passed: list[str] | None = None) -> None:
     if not entries:
         print("No repairs recorded.")
         return
     ranked = any(entry.get("rank") is not None for entry in entries)
-    header = ("#", "time", "function", "where", "exception", "decision", "by", "restore")
+    passed = passed if passed is not None and any(passed) else None
+    header: tuple[str, ...] = ("#", "time", "function", "where", "exception", "decision", "by", "restore")
+    header += ("passed over",) if passed else ()
     rows = [header + (("rank",) if ranked else ())]
     for index, entry in enumerate(entries, 1):
         rows.append(
@@ -142,6 +170,7 @@ def _table(entries: list[dict[str, Any]]) -> None:
                 str(entry.get("decided_by", "")),
                 _duration(entry.get("duration_ms")),
             )
+            + ((passed[index - 1] or "-",) if passed else ())
             + ((str(entry.get("rank", "")),) if ranked else ())
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -194,6 +223,12 @@ def _report(args: argparse.Namespace) -> int:
         print()
         print(_call_text(answer, f"answer {number} of {len(calls)}" if len(calls) > 1 else "the answer"))
     return 0
+
+
+def _rescue(args: argparse.Namespace) -> int:
+    from daifu.cli import rescue
+
+    return rescue.main(args.workspace or config.settings().workspace, args.number)
 
 
 def _folder(record_path: Path | None) -> Path:

@@ -21,6 +21,7 @@ from daifu.console.resuming import resume_point
 from daifu.core import kinds
 from daifu.core.decisions import BadDecision, Decision, Skip
 from daifu.decide.candidates import to_decision
+from daifu.decide.reruns import describe as describe_reruns
 from daifu.decide.verify import Verification
 from daifu.store import record, workspace
 
@@ -114,6 +115,9 @@ class Prompt:
         if verdict is not None:
             mark = "green" if verdict.passed else "red"
             print(paint(verdict.describe()[0].upper() + verdict.describe()[1:], mark, self.colour))
+        again = getattr(suggestion, "reruns", ())  # a surgery that resumes above the crash
+        if again:
+            print(f"Runs again: {describe_reruns(again)}")
         unsafe = getattr(suggestion, "unsafe", ())
         if unsafe:
             print(f"Not allowed unattended: {'; '.join(unsafe)}")

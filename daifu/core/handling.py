@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from daifu.config import Settings
 
 if TYPE_CHECKING:
+    from daifu.core.account import Account, Firing
     from daifu.core.crash import Crash
     from daifu.core.decisions import Decision
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 class RepairEntry(Protocol):
     """The record of one repair, as the runtime reports its progress to it."""
 
+    number: int
     extra: dict[str, Any]
 
     def decided(self, decision: Decision, decided_by: str) -> None: ...
@@ -66,7 +68,15 @@ class RepairContext:
 
 
 class Handling(Protocol):
-    """What the runtime needs from the layers above: settings, a decision for a crash, and a record of it."""
+    """What the runtime needs from the layers above: settings, a decision for a crash, and a record of
+    it; and, for a crash nothing repaired, a last word before its exception goes on (`unrepaired`: the
+    rescue of what it held). None of them may raise: the user's exception must go on unchanged.
+
+    passed_over: a repair is about to pass over work (`daifu.core.account`): judge `firing` against the
+    budget of `account` and record it (in `entry`, when it fires as the repair of a crash, else on its
+    own); `None` lets it pass (counted), a reason stops it (the runtime refuses the decision, or takes
+    a surgery's version back so that the original statement runs).
+    """
 
     def settings(self) -> Settings: ...
 
@@ -75,3 +85,7 @@ class Handling(Protocol):
     def decide(self, crash: Crash, context: RepairContext) -> tuple[Decision, str]: ...
 
     def note(self, text: str) -> None: ...
+
+    def unrepaired(self, crash: Crash) -> None: ...
+
+    def passed_over(self, account: Account, firing: Firing, entry: RepairEntry | None) -> str | None: ...

@@ -27,9 +27,11 @@ class Helpers:
         fast path is compiled: the function, with that code compiled and in place of the stub.
     watching: what watches the iterations after an automatic repair (`daifu.decide.watch`),
         called with the frame at the start of each; it returns False when it has seen enough.
+    fired: `Vaccine.fired`, called by a surgery's probe (`daifu.core.account.Probe`) with its number,
+        the statement's path, the frame, its cells and (a `rows` probe) what the names held before.
     """
 
-    __slots__ = ("compiled", "crash", "switch", "watching")
+    __slots__ = ("compiled", "crash", "fired", "switch", "watching")
 
     Exception = Exception
     BaseException = builtins.BaseException  # shadows the builtin in this class: annotations say `builtins.`
@@ -44,11 +46,30 @@ class Helpers:
     type = builtins.type
 
     def __init__(self, crash: Callable[..., None], switch: Callable[..., None],
-                 compiled: Callable[[], Callable[..., Any]]) -> None:
+                 compiled: Callable[[], Callable[..., Any]], fired: Callable[..., None]) -> None:
         self.crash = crash
         self.switch = switch
         self.compiled = compiled
+        self.fired = fired
         self.watching: Callable[[Any], bool] | None = None
+
+    def passed(self, number: int, path: tuple[Any, ...], cells: Any = None) -> None:
+        """A jump a surgery introduced is about to leave the iteration (`daifu.core.account`)."""
+        self.fired(number, path, sys._getframe(1), cells, None)
+
+    @staticmethod
+    def rows_before(names: tuple[str, ...]) -> dict[str, Any]:
+        """What `names` hold before a changed statement rebinds them (a `rows` probe)."""
+        frame = sys._getframe(1)
+        local_values, global_values = frame.f_locals, frame.f_globals
+        held = {name: global_values[name] for name in names if name in global_values}
+        held.update((name, local_values[name]) for name in names if name in local_values)
+        return held
+
+    def rows_after(self, number: int, path: tuple[Any, ...], before: dict[str, Any], cells: Any = None) -> None:
+        """A changed statement rebound the names of `before`: count the rows it dropped. Returns
+        `None`, which the generated code binds to its temporary, releasing the old values."""
+        self.fired(number, path, sys._getframe(1), cells, before)
 
     def watch(self) -> None:
         """The start of an iteration after an automatic repair (watched continuations only)."""

@@ -11,8 +11,8 @@
   read-only, and a write to it ends the trial as *stopped at effect* (`stop_on_write`);
 - **open file descriptions** stay shared: a descriptor inherited from the live run has the same
   offset, so a read by the copy moves the live run's place in the file. `detach_descriptors`
-  re-opens each regular file and folder (through `/proc/self/fd/N`, same access mode and status
-  flags, same offset) and puts the private description at the same number; every other inherited
+  re-opens each regular file and folder (through `/proc/self/fd/N`, same access mode and the
+  flags of how it reads and writes, same offset) and puts the private description at the same number; every other inherited
   descriptor (pipes, sockets, terminals, event and timer descriptors) is *sealed*: its number now
   holds `/dev/null`, and the sandbox refuses reading, writing or closing it, so a `DataLoader`'s queue or
   a process group's socket cannot be read from (a message taken from the live run) or written to.
@@ -298,13 +298,14 @@ def _reopen(fd: int) -> bool:
         os.close(fresh)
 
 
+_CARRIED_FLAGS = os.O_ACCMODE | os.O_APPEND | os.O_NONBLOCK | os.O_DSYNC | os.O_SYNC | getattr(os, "O_DIRECT", 0)
+"""What a re-opened description keeps of the inherited one's flags: how it reads and writes. Not how it was
+opened: `O_NOFOLLOW` (every `shm_open`, so every shared tensor's descriptor) makes the open of the
+/proc/self/fd link fail (ELOOP), and `O_TMPFILE`/`O_DIRECTORY` would ask for another kind of file."""
+
+
 def _status_flags(fd: int) -> int:
     import fcntl
 
-    return fcntl.fcntl(fd, fcntl.F_GETFL) & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_NOCTTY)
+    return fcntl.fcntl(fd, fcntl.F_GETFL) & _CARRIED_FLAGS
 
-
-def _seal(fd: int, null: int, isolation: Isolation) -> None:
-    inheritable = os.get_inheritable(fd)
-    os.dup2(null, fd, inheritable=inheritable)
-    isolation.sealed.append(fd)

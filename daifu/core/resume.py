@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import ast
 import gc
+import os
+from collections import ChainMap
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -36,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 from daifu.core.blocks import Path, locate, node_at, path_of, with_depth
 from daifu.core.compiling import future_flags, make_function, qualified, register_source
 from daifu.core.guard import Handover, is_passed, mark_passed
-from daifu.core.handling import Handling, RepairContext
+from daifu.core.handling import Handling, RepairContext, RepairEntry
 from daifu.core.helpers import Helpers
+from daifu.core.iterators import finished_generator
 from daifu.core.locate import column, raising_instruction
 from daifu.core.names import bound_names
 from daifu.core.rewrite import CannotResume, Flavour, Mode
@@ -46,6 +49,7 @@ from daifu.core.version import Version, build_version
 # What only a crash needs (decisions, actions, surgeries, patches, trials) is imported where it is
 # used: a program that never crashes never loads it, and `import daifu` + vaccinating stays light.
 if TYPE_CHECKING:
+    from daifu.core.account import Account, Firing
     from daifu.core.actions import Undo
     from daifu.core.crash import Crash
     from daifu.core.decisions import Decision
@@ -115,7 +119,7 @@ def _user_view(namespace: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in namespace.items() if not name.startswith("@")}
 
 
-_TEMPORARIES = ("@e", "@en", "@h", "@k", "@ns", "@once", "@pending", "@rv")
+_TEMPORARIES = ("@e", "@en", "@h", "@k", "@ns", "@once", "@pending", "@rows", "@rv")
 
 
 def _snapshot(frame: FrameType, cells: Any) -> tuple[dict[str, Any], dict[str, CellType]]:
@@ -151,7 +155,7 @@ class Vaccine:
         self.filename = code.co_filename
         self.flags = future_flags(code)
         self.free_names = code.co_freevars
-        self.helpers = Helpers(self.crash, self.switch, self.compiled)
+        self.helpers = Helpers(self.crash, self.switch, self.compiled, self.fired)
         self._lock = threading.RLock()
         self._stub: CodeType | None = None  # the function's code while it waits for its fast path (`_install`)
         # Whether a continuation compiled for a site may be a segment (`_continuation`); the
@@ -334,7 +338,7 @@ class Vaccine:
             attempt=previous.attempt + 1 if previous is not None else 1,
             frame=frame,
             tried=tried,
-            check=lambda decision: self.check(decision, site),
+            check=lambda decision: self.check(decision, site, live.namespace),
             trial=lambda decision, seconds=None: self.trial(decision, crash, live, seconds),
             globals=frame.f_globals,
         )
@@ -343,11 +347,20 @@ class Vaccine:
         return crash
 
     def _repair(self, error: BaseException, frame: FrameType, live: _Live, crashed_at: float) -> Handover | None:
-        """Ask for decisions until one can be carried out; `None` means give up (Raise)."""
-        from daifu.core.decisions import Raise
-
+        """Ask for decisions until one can be carried out; `None` means give up (Raise): the one place
+        where a described crash's exception goes on, so the layers above may rescue what it held first."""
         tried: list[tuple[str, str]] = []
         crash = self._describe(error, frame, live, tried)
+        handover = self._decided(crash, live, tried, crashed_at)
+        if handover is None:
+            self.handling.unrepaired(crash)
+        return handover
+
+    def _decided(self, crash: Crash, live: _Live, tried: list[tuple[str, str]], crashed_at: float) -> Handover | None:
+        """The hand-over of the first decision that can be carried out, or `None` (Raise, no progress,
+        every decision refused)."""
+        from daifu.core.decisions import Raise
+
         handling = self.handling
         settings = handling.settings()
         limit = settings.max_attempts
@@ -356,8 +369,14 @@ class Vaccine:
             return None
         entry = handling.begin(crash, settings)
         context = RepairContext(settings, entry, tried)
+        account = self._account(crash)
         for _offer in range(limit + 1):
+            context.watch = None  # each offer's decider says afresh whether it watches
             decision, decided_by = handling.decide(crash, context)
+            if entry.number not in account.repairs:
+                account.repairs.append(entry.number)
+            if context.watch is None:
+                account.budget = None  # not an automatic repair: the site's budget was for those
             if context.edited_locals is not None:
                 edited = {k: v for k, v in dict(context.edited_locals).items() if k not in _TEMPORARIES}
                 live.namespace = {**live.shared, **edited, "@call": live.namespace["@call"]}
@@ -367,7 +386,7 @@ class Vaccine:
             collecting = gc.isenabled()
             gc.disable()  # no full collection inside the restore window: it is paused until the run resumes
             try:
-                handover = self._prepare(decision, crash, live.copy(), watch=context.watch)
+                handover = self._prepare(decision, crash, live.copy(), watch=context.watch, entry=entry)
             except RepairRefused as refusal:
                 if collecting:
                     gc.enable()
@@ -391,9 +410,13 @@ class Vaccine:
     # -- carrying out a decision ------------------------------------------------------------
 
     def _prepare(self, decision: Decision, crash: Crash, live: _Live, flavour: Flavour = Flavour.PLAIN,
-                 watch: Callable[[FrameType], bool] | None = None) -> Handover:
+                 watch: Callable[[FrameType], bool] | None = None, entry: RepairEntry | None = None) -> Handover:
         """The hand-over that resumes the run with `decision` carried out on `live` (the iterations after
-        it watched by `watch`, if a decider set one).
+        it watched by `watch`, if a decider set one; recorded in `entry`).
+
+        What it passes over at this crash (`_passed_over`) is counted in the account of the crash's
+        site; in the real run the layers above judge it first (`Handling.passed_over`), and a firing
+        past the budget refuses the decision.
 
         The steps of several plays (`Plays`) are carried out in order on one namespace: each action
         on what the previous steps left, each surgery validated against the version the previous
@@ -412,6 +435,7 @@ class Vaccine:
         here, mode = site, self._retry_mode(site, namespace)
         plans: list[SurgeryPlan] = []
         bound: list[Undo] = []
+        before = dict(namespace)
         try:
             for step in decision.steps if isinstance(decision, Plays) else (decision,):
                 if isinstance(step, Skip):
@@ -427,6 +451,7 @@ class Vaccine:
                     bound.append(self._run_action(step.code, here.version, namespace, live))
                 elif not isinstance(step, (Retry, Patch)):
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
+            _loop_goes_on(here, mode, namespace)
             if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
                 mode = self._leaving(site, here, mode, namespace)
             if flavour is Flavour.PLAIN and watch is not None:
@@ -439,6 +464,7 @@ class Vaccine:
                 if plan is not plans[-1] or not plan.version.holds_change(here.path):
                     _compiles(plan.version)
             code, resume_point = self._continuation(here.version, here.path, mode, flavour, namespace)
+            self._count(self._firings(here, mode, before, namespace), crash, flavour, entry)
         except (RepairRefused, CannotResume, SyntaxError) as refusal:  # SyntaxError: a surgery's new statements
             from daifu.core.actions import undo
 
@@ -468,6 +494,128 @@ class Vaccine:
         if flavour is Flavour.WATCHED:
             self.helpers.watching = watch
         return self._handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
+
+    def _firings(self, here: Site, mode: Mode, before: dict[str, Any], namespace: dict[str, Any]) -> list[Firing]:
+        """What a decision carried out at a crash passes over (`_passed_over`); none, said as DaiFu's
+        failure, when reading it fails: counting never costs the repair."""
+        try:
+            return self._passed_over(here, mode, before, namespace)
+        except Exception as internal:
+            warnings.warn(f"DaiFu could not count what a repair of {self.qualname} passed over: {internal!r}",
+                          RuntimeWarning, 2)
+            return []
+
+    @staticmethod
+    def _passed_over(here: Site, mode: Mode, before: dict[str, Any], namespace: dict[str, Any]) -> list[Firing]:
+        """What a decision carried out at a crash passes over, resuming at `here` in `mode`: the rest of
+        the iteration (`SkipIteration`), the statement skipped, the rest of a loop ended by skipping its
+        header, the item a loop header failed to load, the rows its actions dropped (`before`: the
+        locals before they ran)."""
+        from daifu.core.account import Firing, dropped_rows, iteration_firing, loop_around, plan_of, work_of
+
+        fdef, path = here.version.fdef, here.path
+        firings: list[Firing] = []
+        dropped = dropped_rows(before, namespace)
+        around = loop_around(fdef, path)
+        iterator = namespace.get(f"@it{around[1]}") if around and isinstance(around[0], ast.For) else None
+        if dropped:
+            firings.append(Firing("rows", dropped, 1, 0, 0, plan_of(iterator), iterator))
+        if mode is Mode.NEXT_ITERATION:
+            found = iteration_firing("skip-iteration", fdef, path, namespace)
+            firings += [found] if found is not None else []
+        elif mode is Mode.AFTER:
+            statements, steps = work_of([here.node])
+            firings.append(Firing("skip", 0, 1, statements, steps, plan_of(iterator), iterator))
+        elif mode in (Mode.LOOP_EXHAUSTED, Mode.LOOP_NEXT) and isinstance(here.node, ast.For):
+            depth = sum(isinstance(node_at(fdef, path[:end]), ast.For) for end in range(1, len(path), 2))
+            own = namespace.get(f"@it{depth}")
+            how = "skip-loop" if mode is Mode.LOOP_EXHAUSTED else "next-item"
+            firings.append(Firing(how, None, 1, 0, 0, plan_of(own), own))
+        return firings
+
+    @staticmethod
+    def _account(crash: Crash) -> Account:
+        """The account of what the repairs of the crash's site passed over (`daifu.core.account`)."""
+        from daifu.core.account import account_of
+
+        return account_of(crash.site, f"{os.path.basename(crash.filename)}:{crash.lineno}")
+
+    def _count(self, firings: list[Firing], crash: Crash, flavour: Flavour, entry: RepairEntry | None) -> None:
+        """Count `firings` in the account of the crash's site: in a trial's copy, only counted; in the
+        real run, judged and recorded by the layers above first (`RepairRefused` past the budget)."""
+        if not firings:
+            return
+        account = self._account(crash)  # what a decision passes over is counted in its site's account
+        for firing in firings:
+            if flavour is Flavour.TRIAL:
+                account.add(firing)
+                continue
+            reason = self.handling.passed_over(account, firing, entry)
+            if reason is not None:
+                raise RepairRefused(reason)
+
+    def fired(self, number: int, path: Path, frame: FrameType, cells: Any, before: dict[str, Any] | None) -> None:
+        """Called by a surgery's probe (`daifu.core.account.Probe`): count what it passes over in the
+        account of the repair that introduced it. In the real run the layers above judge it first; past
+        the budget the surgery's version is taken back (`_take_back`): the original statements run
+        instead, and the original exception raises again where it did. A failure of DaiFu's own here
+        is said as DaiFu's, and the program goes on as the surgery made it."""
+        from daifu.core.account import account_of, dropped_rows, probe, probe_firing
+
+        try:
+            version = self.units.get(id(frame.f_code))
+            if version is None:
+                return
+            found = probe(number)
+            namespace = ChainMap(frame.f_locals, frame.f_globals)
+            dropped = dropped_rows(before, namespace) if before is not None else 0
+            firing = probe_firing(found, version.fdef, path, namespace, dropped)
+            if firing is None:
+                return
+            account = account_of(found.site, found.where)
+            trial = sys.modules.get("daifu.core.trial")
+            if trial is not None and trial.active():
+                account.add(firing)  # the copy counts; it never judges, records or takes anything back
+                return
+            stop = self.handling.passed_over(account, firing, None)
+        except Exception as internal:  # a bug of ours must never become the program's exception
+            warnings.warn(f"DaiFu could not count what a repair of {self.qualname} passed over: {internal!r}",
+                          RuntimeWarning, 2)
+            return
+        if stop is not None:
+            self._take_back(found.surgery, found.undo, version, path, frame, cells, before or {})
+
+    def _take_back(self, surgery: str, undo: str, version: Version, path: Path, frame: FrameType, cells: Any,
+                   before: dict[str, Any]) -> None:
+        """Resume the run of `frame` (at the statement at `path` of `version`, made by surgery `surgery`)
+        in a new version with the source `undo` that surgery changed, at the statement corresponding
+        to that one; what a rebinding bound goes back to `before`. A version another surgery made
+        since, or one that cannot be taken back, runs on (the layers above said so)."""
+        if version.source != surgery:
+            return
+        namespace, closure = _snapshot(frame, cells)
+        namespace.update(before)
+        namespace.setdefault("@call", _Invocation())
+        here = Site(version, path, False)
+        try:
+            with _collection_paused():
+                plan = self._plan(undo, here, probed=False)
+                back = Site(plan.version, plan.path, False)
+                mode = Mode.AT
+                if with_depth(back.version.fdef, back.path) < with_depth(version.fdef, path):
+                    mode = self._leaving(here, back, mode, namespace)
+                plan.carry(namespace)
+                for name in plan.version.scope.finally_states:
+                    namespace.setdefault(name, None)
+                if not plan.version.holds_change(plan.path):
+                    _compiles(plan.version)
+                code, resume_point = self._continuation(plan.version, plan.path, mode, Flavour.PLAIN, namespace)
+        except (RepairRefused, CannotResume, SyntaxError) as refusal:
+            self.handling.note(f"{self.qualname}: the surgery could not be taken back: {refusal}")
+            return
+        with self._lock:
+            self._install(plan.version)
+        raise self._handover(self._resuming(code, plan.version, namespace, closure, resume_point), namespace)
 
     def _run_action(self, code: str, version: Version, namespace: dict[str, Any], live: _Live) -> Undo:
         """Run an action; the module globals it bound, with their old values. `RepairRefused` if it fails.
@@ -502,22 +650,17 @@ class Vaccine:
         return Mode.ABOVE
 
     def _retry_mode(self, site: Site, namespace: dict[str, Any]) -> Mode:
-        node = site.node
-        if site.header and _kind(node) == "for":
-            fdef, path = site.version.fdef, site.path
-            depth = sum(path[i] == "body" and _kind(node_at(fdef, path[:i])) == "for" for i in range(1, len(path), 2))
-            if namespace.get(f"@it{depth}") is not None:
-                return Mode.LOOP_NEXT
-        return Mode.AT
+        return Mode.LOOP_NEXT if _loop_iterator(site, namespace) is not None else Mode.AT
 
     def _skip_mode(self, site: Site) -> Mode:
         if site.header and _kind(site.node) in ("for", "while"):
             return Mode.LOOP_EXHAUSTED
         return Mode.AFTER
 
-    def _plan(self, source: str, site: Site, number: int | None = None) -> SurgeryPlan:
+    def _plan(self, source: str, site: Site, number: int | None = None, probed: bool = True) -> SurgeryPlan:
         """Build and validate a new version (numbered `number`, by default the next) without
-        installing it; `RepairRefused` says why.
+        installing it; `RepairRefused` says why. With `probed`, the statements it changes that may
+        pass over work are counted each time they run (`daifu.core.account.find_probes`).
 
         Whether the run can resume at the planned path is left to whoever builds the continuation
         there (`_prepare` builds it anyway; `check` builds one for that alone): building it here too
@@ -528,6 +671,8 @@ class Vaccine:
         filename = f"{self.filename} (surgery {number})"
         try:
             new = self._build(source, site.version.first_lineno, filename, number, fast=False, like=site.version)
+            if probed:
+                self._probe(new, site)
             if not new.deferrable:
                 self._fast_code(new)
         except SyntaxError as error:
@@ -542,8 +687,19 @@ class Vaccine:
         register_source(filename, new.first_lineno, new.source)
         return plan
 
-    def check(self, decision: Decision, site: Site) -> str | None:
-        """Why `decision` would be refused at `site`, or `None`; changes nothing (a dry run).
+    def _probe(self, new: Version, site: Site) -> None:
+        """Give a surgery's version `new` of `site.version` its probes, before any of its code is built."""
+        from daifu.core.account import find_probes
+
+        old, line = site.version, site.node.lineno
+        key = (self.qualname, self.filename, line)
+        where = f"{os.path.basename(self.filename)}:{line}"
+        new.probes = find_probes(old.fdef, old.lines, old.probes, new.fdef, new.lines, new.first_lineno,
+                                 key, where, new.source, old.source)
+
+    def check(self, decision: Decision, site: Site, namespace: dict[str, Any] | None = None) -> str | None:
+        """Why `decision` would be refused at `site` (with the crashed frame's `namespace`), or `None`;
+        changes nothing (a dry run).
 
         The steps of several plays are checked in order, each surgery against the previous one's version.
         """
@@ -551,9 +707,12 @@ class Vaccine:
 
         here, planned, mode = site, 0, Mode.AT
         try:
+            steps = decision.steps if isinstance(decision, Plays) else (decision,)
+            if namespace is not None and not any(isinstance(s, (Skip, SkipIteration, Surgery)) for s in steps):
+                _loop_goes_on(site, self._retry_mode(site, namespace), namespace)
             for step in decision.steps if isinstance(decision, Plays) else (decision,):
                 if isinstance(step, Surgery):
-                    plan = self._plan(step.source, here, len(self.versions) + planned)
+                    plan = self._plan(step.source, here, len(self.versions) + planned, probed=False)
                     _compiles(plan.version)  # all of it: a dry run compiles no continuation
                     here, planned, mode = Site(plan.version, plan.path, site.header), planned + 1, Mode.AT
                     here.version.rewriter.continuation(here.version.fdef, here.path, Mode.AT)
@@ -739,6 +898,24 @@ class Vaccine:
 def _def_lines(fdef: ast.FunctionDef) -> tuple[int, ...]:
     """Where a function's definition starts: its decorators' lines and its `def` line."""
     return (*(decorator.lineno for decorator in fdef.decorator_list), fdef.lineno)
+
+
+def _loop_iterator(site: Site, namespace: dict[str, Any]) -> Any:
+    """The iterator of the `for` loop whose header raised at `site` (`None`: not a `for` header, or no
+    iterator made yet): the one a retry asks for its next item."""
+    if not (site.header and _kind(site.node) == "for"):
+        return None
+    fdef, path = site.version.fdef, site.path
+    depth = sum(path[i] == "body" and _kind(node_at(fdef, path[:i])) == "for" for i in range(1, len(path), 2))
+    return namespace.get(f"@it{depth}")
+
+
+def _loop_goes_on(site: Site, mode: Mode, namespace: dict[str, Any]) -> None:
+    """Refuse to ask a loop's iterator for its next item when it is (or asks) a generator that finished
+    when it raised: the loop would end at once, passing over all it had left (`daifu.core.iterators`)."""
+    if mode is Mode.LOOP_NEXT and finished_generator(_loop_iterator(site, namespace)):
+        raise RepairRefused("the loop's iterator is (or reads from) a generator that ended when it raised: asking "
+                            "it for its next item would end the loop, passing over all it had left")
 
 
 def _compiles(version: Version) -> None:

@@ -42,12 +42,15 @@ import copy
 from dataclasses import dataclass, replace
 from functools import cached_property
 from enum import Enum
-from typing import TypeVar
-from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Mapping
 
 from daifu.core.blocks import COMPOUND, TRY, Path, block_of, child_blocks, path_of
 from daifu.core.compiling import RUNTIME, located, no_arguments
 from daifu.core.compiling import place as _at
+
+if TYPE_CHECKING:
+    from daifu.core.account import Probe
 
 
 N = TypeVar("N", bound=ast.AST)
@@ -287,9 +290,11 @@ class Rewriter:
     innermost resumed loop still has to receive what the flavour adds.
     """
 
-    def __init__(self, scope: Scope, flavour: Flavour = Flavour.PLAIN, forms_of: Rewriter | None = None) -> None:
+    def __init__(self, scope: Scope, flavour: Flavour = Flavour.PLAIN, forms_of: Rewriter | None = None,
+                 probes: Mapping[int, Probe] | None = None) -> None:
         self.scope = scope
         self.flavour = flavour
+        self.probes: Mapping[int, Probe] = probes or {}
         self._flavoured = False
         self._prologue: list[ast.stmt] | None = None
         self._statements: dict[tuple[int, _Depth], list[ast.stmt]] = {}
@@ -346,8 +351,24 @@ class Rewriter:
         reads a tree and never changes it), so a continuation builds little beyond its own seams."""
         key = (id(node), depth)
         if key not in self._statements:
-            self._statements[key] = self._statement(node, depth)
+            forms = self._statement(node, depth)
+            probe = self.probes.get(id(node))
+            self._statements[key] = forms if probe is None else self._probed(node, probe, forms)
         return self._statements[key]
+
+    def _probed(self, node: ast.stmt, probe: Probe, forms: list[ast.stmt]) -> list[ast.stmt]:
+        """A surgery's statement counted each time it runs (`daifu.core.account`): `@rt.passed(...)`
+        before a jump; `@rows = @rt.rows_before(names)` before a rebinding, and after it
+        `@rows = @rt.rows_after(..., @rows)`, which compares and releases what the names held."""
+        path = ast.Tuple(elts=[ast.Constant(step) for step in path_of(node)], ctx=ast.Load())
+        number = ast.Constant(probe.number)
+        cells = [self._cells()] if self.scope.cell_names else []
+        if probe.how != "rows":
+            return _at([ast.Expr(_call("passed", number, path, *cells))], node) + forms
+        names = ast.Tuple(elts=[ast.Constant(name) for name in probe.names], ctx=ast.Load())
+        before = _at([_assign("@rows", _call("rows_before", names))], node)
+        after = _at([_assign("@rows", _call("rows_after", number, path, _name("@rows"), *cells))], node)
+        return before + forms + after
 
     def _statement(self, node: ast.stmt, depth: _Depth) -> list[ast.stmt]:
         if isinstance(node, ast.For):

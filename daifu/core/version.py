@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import CodeType
+from typing import TYPE_CHECKING
 
 from daifu.core.blocks import TRY, Path, annotate, child_blocks, shared_lines
 from daifu.core.changes import Change, derivable, run_reads, small_change
@@ -18,6 +19,9 @@ from daifu.core.rewrite import Flavour, Mode, Rewriter, Scope, number_finals
 from daifu.core.seedscope import SeedNames, body_definition, declared_body, seed_names
 from daifu.core.source import normalize, parse_function
 from daifu.core.splice import shared_after, splice
+
+if TYPE_CHECKING:
+    from daifu.core.account import Probe
 
 
 @dataclass
@@ -64,6 +68,9 @@ class Version:
     built (`Rewriter`)."""
     derived_names: ModuleNames | None = None
     """What it does with its module's names, when derived from an older version (`module_names`)."""
+    probes: dict[int, Probe] = field(default_factory=dict)
+    """A surgery's statements counted each time they run (`daifu.core.account.find_probes`), by the
+    `id` of the statement: set before any of its code is generated, which then calls them."""
 
     @property
     def plain_code(self) -> CodeType:
@@ -98,7 +105,7 @@ class Version:
         """The rewriter of the fast path and the plain continuations: the statements' forms it
         builds are what all of them are made of, so each is built once per version (`Rewriter.statement`)."""
         older = self.derived_from
-        return Rewriter(self.scope, forms_of=older.rewriter if older is not None else None)
+        return Rewriter(self.scope, forms_of=older.rewriter if older is not None else None, probes=self.probes)
 
     @cached_property
     def fast_code(self) -> CodeType:
@@ -158,12 +165,12 @@ class Version:
     @cached_property
     def trial_rewriter(self) -> Rewriter:
         """The rewriter of this version's trial continuations (see `daifu.core.trial`)."""
-        return Rewriter(self.scope, Flavour.TRIAL)
+        return Rewriter(self.scope, Flavour.TRIAL, probes=self.probes)
 
     @cached_property
     def watched_rewriter(self) -> Rewriter:
         """The rewriter of continuations whose next iterations are watched (`daifu.decide.watch`)."""
-        return Rewriter(self.scope, Flavour.WATCHED)
+        return Rewriter(self.scope, Flavour.WATCHED, probes=self.probes)
 
     def compile_continuation(self, tree: ast.FunctionDef, qualname: str) -> CodeType:
         """A continuation's code (`Rewriter.continuation`, `Rewriter.anywhere`): sharing the function's

@@ -10,6 +10,8 @@ import ast
 import builtins
 import math
 import operator
+import re
+import string
 import textwrap
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,8 @@ from daifu.decide.allowlist_tables import (
 from daifu.decide.allowlist_callables import program_function
 from daifu.decide.allowlist_reach import Reach
 from daifu.decide.allowlist_system import system_attributes
+
+_PLAIN_FIELD = re.compile(r"\w*")
 
 if TYPE_CHECKING:
     from daifu.decide.allowlist_context import Context
@@ -549,6 +553,8 @@ class Checker:
             self.refuse(
                 node, f"calls `.{method}()` on `{text_of(receiver)}`, not a name known to hold a list, dict or set"
             )
+        elif method in ("format", "format_map") and plain_template(receiver):
+            pass  # its fields only name the values it is given: what an f-string of those values does
         elif method in STRING_METHODS:
             if not (isinstance(receiver, ast.Constant) and isinstance(receiver.value, str)) and not self._holds(
                 receiver, self.context.strings, self.made_strings
@@ -768,3 +774,17 @@ def parse_code(code: str, what: str, first_lineno: int | None = None) -> ast.Mod
         return f"{what} does not parse: {error.msg} ({where})"
     except (RecursionError, MemoryError, ValueError) as error:
         return f"{what} cannot be read: {type(error).__name__}"
+
+
+def plain_template(node: ast.expr) -> bool:
+    """Whether `node` is a literal format string whose every field names a value by position or name, with no
+    attribute or item read (`'{0.__globals__}'`, `'{m[key]}'`) and no field nested in a spec: formatted, it
+    reads nothing but the values it is given, as an f-string of them does."""
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+        return False
+    try:
+        fields = list(string.Formatter().parse(node.value))
+    except ValueError:
+        return False
+    return all(name is None or (_PLAIN_FIELD.fullmatch(name) is not None and "{" not in (spec or ""))
+               for _, name, spec, _ in fields)

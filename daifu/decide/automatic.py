@@ -5,7 +5,8 @@ The bot proposes; nothing it proposes touches the run before it is checked:
 1. each suggestion becomes a candidate decision (`daifu.decide.candidates`), checked by the runtime's
    own validation (`daifu.decide.verify`); a suggestion already tried on this crash is not offered again;
 2. candidates are ranked as the bot ranked them, except that those which skip work (a skipped
-   statement or iteration) come last, and a repair verified at the same site before comes first;
+   statement or iteration) come last, and a repair verified at the same site before comes first; an
+   action applied at the same site before is preceded by its fold into one surgery (`daifu.decide.fold`);
 3. `approve="auto"`: each candidate, best first, whose code stays inside the allowlist of code that
    may run unattended, is tried on a sandboxed copy of the run (the verification stage's trial); the
    first whose trial is healthy and keeps the trained state is applied. A candidate that fails its trial is
@@ -20,7 +21,8 @@ The bot proposes; nothing it proposes touches the run before it is checked:
    `approve="remote"`: a person decides on the repair bot service's approval page, seeing each
    candidate's trial verdict, while the process waits (`daifu.decide.remote`).
 
-Every answer and every trial go to the workspace record; the terminal says what was decided.
+Every answer and every trial go to the workspace record; the terminal says what was decided. What an
+automatic repair then passes over is held to the site's budget (`daifu.decide.watch`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from daifu.decide.botclient import BotAnswer, ask_bot
 from daifu.decide.candidates import Candidate, candidates, rank, with_experience
 from daifu.decide.contract import Person
 from daifu.decide.failure import doing
+from daifu.decide.fold import fold_repeated
+from daifu.decide.reruns import describe as describe_reruns
 from daifu.decide.verify import Verification
 from daifu.report.build import build_report
 from daifu.report.redact import redact
@@ -59,12 +63,13 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         answer = ask_bot(report, settings.bot_url, deadline=settings.bot_deadline)
     stage = Verification(crash, settings)
     with doing("turning the bot's suggestions into candidate repairs"):
-        found = with_experience(stage, rank(candidates(stage, answer.suggestions)))
+        found = fold_repeated(stage, with_experience(stage, rank(candidates(stage, answer.suggestions))))
     _say_diagnosis(crash, answer)
     chosen: Candidate | None = None
     if settings.approve == "auto" and watch.distrusted(crash):
         present = person is not None and person.present()
-        say_once(f"automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} stopped after one did harm; "
+        say_once(f"automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} stopped earlier in this run "
+                 "(said above): "
                  "asking a person" + ("" if present else " (none at a terminal: the crash raises)"))
         chosen = _ask_person(stage, context, person, answer.diagnosis, found)
     elif settings.approve == "auto":
@@ -85,6 +90,10 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         return chosen.decision
     if chosen.verdict is not None:
         context.entry.extra["trial"] = chosen.verdict.describe()
+    if chosen.reruns:
+        context.entry.extra["reruns"] = [r.describe() for r in chosen.reruns]
+        say(f"repair at {os.path.basename(stage.crash.filename)}:{stage.crash.lineno}: "
+            f"{describe_reruns(chosen.reruns)}")
     context.note_tried(chosen.decision, "proposed by the repair bot", once=True)  # if the crash comes back,
     return chosen.decision  # the next suggestion is taken
 
@@ -93,7 +102,7 @@ def _automatic(stage: Verification, context: RepairContext, found: list[Candidat
     """The verified candidate applied without a person, and the watch of the iterations after it."""
     chosen = stage.first_passing(found, context)
     if chosen is not None:
-        context.watch = watch.start(stage.crash, record.current_number(), chosen.decision)
+        context.watch = watch.start(stage.crash, record.current_number(), chosen.decision, context.settings.pass_over)
     return chosen
 
 
@@ -177,4 +186,4 @@ def _suggestion_row(candidate: Candidate) -> dict[str, Any]:
     if not c.checked:
         return {**data, "checked": False}
     return {**data, "valid": c.usable, "reasons": list(c.problems), "unattended": not c.unsafe,
-            "needs_person": list(c.unsafe)}
+            "needs_person": list(c.unsafe), "reruns": [r.describe() for r in c.reruns]}

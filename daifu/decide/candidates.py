@@ -19,6 +19,8 @@ from daifu.core.crash import Crash
 from daifu.core.decisions import BadDecision, Decision, Raise, Surgery
 from daifu.core.kinds import KINDS, code_of, from_row, from_wire, kind_of, play_name, target_of, wire_kind
 from daifu.core.trial import Outcome, Verdict
+from daifu.decide.rerun_effects import rerun_effects
+from daifu.decide.reruns import Rerun, reruns
 from daifu.decide.verify import Verification, unverifiable
 from daifu.report.redact import has_placeholder, restore_lines
 from daifu.say import say_once
@@ -53,6 +55,7 @@ class Candidate:
     stage: Verification | None = field(default=None, repr=False)
     given_problems: tuple[str, ...] | None = None
     given_outside: tuple[str, ...] | None = None
+    given_reruns: list[Rerun] | None = None
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -68,12 +71,24 @@ class Candidate:
         return self.given_outside
 
     @property
+    def reruns(self) -> list[Rerun]:
+        """The statements it runs a second time: a surgery resuming above the crash (`daifu.decide.reruns`)."""
+        if self.given_reruns is None:
+            self.given_reruns = reruns(self.stage.crash, self.decision) if self.stage is not None else []
+        return self.given_reruns
+
+    @property
     def unsafe(self) -> tuple[str, ...]:
-        """Why it may not be applied without a person: outside the allowlist, beyond a trial's sight, or its
-        own code reached an effect in its trial."""
+        """Why it may not be applied without a person: outside the allowlist, beyond a trial's sight, the
+        statements it runs again do more than compute (`daifu.decide.rerun_effects`), or its own code
+        reached an effect in its trial."""
         if self.stage is None:
             return self.outside_allowlist + self.trial_problems
-        return self.outside_allowlist + unverifiable(self.decision, self.stage.crash) + self.trial_problems
+        crash = self.stage.crash
+        repeated = rerun_effects(self.reruns, crash.locals, crash.globals) if self.reruns else []
+        again = (f"it resumes above the crash, and running those statements again may change more than they "
+                 f"compute: {'; '.join(repeated)}",) if repeated else ()
+        return self.outside_allowlist + unverifiable(self.decision, crash) + again + self.trial_problems
 
     def tried(self, verdict: Verdict) -> None:
         """Keep the verdict of its trial, and why it fails the candidate unattended when its own code

@@ -7,6 +7,12 @@ the same function whose statement reads what the repair changed (its *footprint*
 against that repair — on the terminal and in the record — and automatic repairs at its site stop: a
 later crash there goes to a person, or raises. A retry, or an action that binds no name (making a
 folder, waiting), changes nothing a later statement reads, so a new crash is not its doing.
+
+What a repair passes over is counted each time it fires (`daifu.core.account`), and the watch holds
+the automatic repairs of a site to a budget (the `pass_over` setting; by default the crashed batch's
+own samples, once): a firing past it is stopped — a decision at a crash is refused, a surgery's
+version is taken back so that the original statement runs again — automatic repairs at the site
+stop, and the terminal says why (`passed_over`).
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from types import FrameType
 from typing import Any
 
 from daifu.core import health
+from daifu.core.account import Account, Budget, Firing, account_of, crashed_batch
 from daifu.core.crash import Crash
 from daifu.core.decisions import Action, Decision, Plays, Retry, Skip, Surgery
+from daifu.core.handling import RepairEntry
 from daifu.core.names import bound_names
 from daifu.say import say
 from daifu.state import RUN
@@ -75,12 +83,55 @@ class Watch:
         record.note(message)
 
 
-def start(crash: Crash, number: int, decision: Decision) -> Watch:
+def start(crash: Crash, number: int, decision: Decision, pass_over: str = "batch") -> Watch:
     """Watch the iterations after the automatic repair of `crash` (repair `number`, `decision`): the
-    runtime calls the watch returned at the start of each (`RepairContext.watch`)."""
+    runtime calls the watch returned at the start of each (`RepairContext.watch`). The first automatic
+    repair of a site sets the budget of what its repairs may pass over (`pass_over`, the setting); a
+    repeated crash there spends the same one."""
     watch = Watch(crash, number, decision)
     RUN.watches[crash.qualname] = watch
+    account = account_of(crash.site, watch.where)
+    if account.budget is None:
+        account.budget = budget(crash, pass_over)
     return watch
+
+
+def budget(crash: Crash, pass_over: str) -> Budget:
+    """The budget of the automatic repairs of `crash`'s site under the `pass_over` setting."""
+    if pass_over == "unlimited":
+        return Budget(None, None, "unlimited")
+    if pass_over.isdigit():
+        return Budget(int(pass_over), None, f"{pass_over} samples")
+    samples = crashed_batch(crash.source, crash.first_lineno, crash.lineno, crash.locals)
+    if samples is None:
+        return Budget(None, 1, "the crashed batch, once (its samples cannot be told)")
+    return Budget(samples, 1, f"the crashed batch's {samples} samples, once")
+
+
+def passed_over(account: Account, firing: Firing, entry: RepairEntry | None) -> str | None:
+    """A repair is about to pass over work (`Handling.passed_over`): within its site's budget (or with
+    none, no automatic repair being watched there) it is counted and recorded, and `None` lets it go
+    on; past the budget, automatic repairs at the site stop, the terminal and the record say why,
+    and the reason is returned (the runtime then stops the firing)."""
+    limit = account.budget
+    if limit is not None and limit.exceeded_by(account, firing):
+        return _over_budget(account, firing, limit)
+    account.add(firing)
+    record.passed_over(account, firing, entry)
+    return None
+
+
+def _over_budget(account: Account, firing: Firing, limit: Budget) -> str:
+    number = account.repairs[-1] if account.repairs else "?"
+    spent = account.describe() if account.firings else "passed over nothing yet"
+    reason = (f"repair {number} at {account.where} would pass over more than its budget ({limit.text}) "
+              f"with {firing.what} once more: it {spent}")
+    RUN.watches.pop(account.site[0], None)
+    RUN.distrusted.add(account.site)
+    message = f"{reason}; no more automatic repairs there (a person decides, or the crash raises)"
+    say(message)
+    record.note(message)
+    return reason
 
 
 def new_crash(crash: Crash) -> None:

@@ -34,6 +34,7 @@ from repairbot.protocol import (
     fingerprint,
 )
 from daifu.core.bounded import budget, describe
+from daifu.report.lookups import lookups
 from daifu.report.operands import operands
 from daifu.report.redact import known_secrets, redact, scrub, secret_environment, secret_values
 from daifu.report.summary import Summary, summarize_namespace, truncate
@@ -78,6 +79,7 @@ def build_report(crash: Crash) -> CrashReport:
             exception = _exception_info(crash.exception)
             frames = _frames(crash, summaries)
             evaluated = operands(crash, is_library)
+            failed = lookups(crash, _user_callees(crash))
         report = CrashReport(
             exception=exception,
             function=_shown(function_info(crash)),
@@ -89,6 +91,7 @@ def build_report(crash: Crash) -> CrashReport:
             ],
             attempt=crash.attempt,
             operands=evaluated,
+            lookups=failed,
         )
     return bound(_scrubbed(report, secrets))
 
@@ -221,6 +224,13 @@ def _frames(crash: Crash, summaries: dict[str, Variable]) -> list[Frame]:
     return frames
 
 
+def _user_callees(crash: Crash) -> list[tuple[FrameType, int]]:
+    """The user frames below the vaccinated function's, outermost first, each with its line."""
+    entries = list(traceback.walk_tb(crash.exception.__traceback__))
+    below = entries[_start_index(entries, crash) + 1 :] if entries else []
+    return [(frame, lineno) for frame, lineno in below if not is_library(frame.f_code.co_filename)]
+
+
 def _start_index(entries: list[tuple[FrameType, int]], crash: Crash) -> int:
     """The vaccinated function's frame: the last one of its name at the faulty line of the user's file."""
     last_line = crash.first_lineno + crash.source.count("\n")
@@ -320,6 +330,9 @@ def _short_texts(report: CrashReport) -> CrashReport:
         variable.text = truncate(variable.text, 80)
         variable.facts = {k: v for k, v in variable.facts.items() if len(repr(v)) < 200}
     report.tried = report.tried[-5:]
+    for lookup in report.lookups:
+        lookup.names = lookup.names[:10]
+        lookup.kinds = {k: v for k, v in lookup.kinds.items() if k in lookup.names or k == "item"}
     return report
 
 

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from daifu.config import Settings
+    from daifu.core.account import Account, Firing
+    from daifu.core.handling import RepairEntry
     from daifu.core.crash import Crash
     from daifu.core.decisions import Decision
 
@@ -267,7 +269,8 @@ class Entry:
         settings = self.settings
         item, target = self._item(), repairs.repairs_path(settings.workspace if settings is not None else None)
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
-        told = f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}; resumed in"
+        passed = f"; {self.extra['passed_over']['text']}" if self.extra.get("passed_over") else ""
+        told = f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}{passed}; resumed in"
         milliseconds = (time.perf_counter() - started) * 1000.0
         item["duration_ms"] = round(milliseconds, 3)
         repairs.append(item, target)
@@ -331,6 +334,25 @@ class Entry:
             "rank": ranks.rank(),
             **self.extra,
         }
+
+
+def passed_over(account: Account, firing: Firing, entry: RepairEntry | None) -> None:
+    """Record what a repair passed over this time (`daifu.core.account`): as a fact of `entry` when it
+    fires as the repair of a crash (its line of `repairs.jsonl` and of the terminal say it), else
+    (a surgery's probe, later in the run) on a line of its own on the terminal and in `repairs.jsonl`."""
+    data = {"firing": firing.to_data(), **account.to_data()}
+    if entry is not None:
+        entry.extra["passed_over"] = data
+        return
+    number = account.repairs[-1] if account.repairs else None
+    say(f"repair {number} at {account.where}, {firing.what}: {account.describe()}")
+    event = {"event": repairs.PASSED_OVER, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "repair": number,
+             "function": account.site[0], "file": account.site[1], "line": account.site[2], "pid": os.getpid(),
+             "rank": ranks.rank(), **data}
+    try:
+        repairs.append_event(event)
+    except OSError as error:
+        note(f"could not record what repair {number} passed over: {error}")
 
 
 def begin(crash: Crash, settings: Settings | None = None) -> Entry:

@@ -17,6 +17,8 @@ from daifu.state import RUN
 from daifu.store.lines import LineFile, read_objects
 
 REPAIRS_FILE = "repairs.jsonl"
+PASSED_OVER = "passed over"
+"""The `event` of a line that is no repair: what a repair passed over later in the run (`daifu.core.account`)."""
 
 _lock = threading.Lock()
 
@@ -43,13 +45,31 @@ def append(item: dict[str, Any], path: Path | None = None) -> None:
         target.close()
 
 
+def append_event(item: dict[str, Any], path: Path | None = None) -> None:
+    """Record a line that is no repair (`item["event"]`): in the file only, never among the repairs."""
+    with _lock:
+        target = LineFile((path or repairs_path()).absolute())
+        target.write(json.dumps(item, default=str))
+        target.close()
+
+
 def load(path: Path | None = None) -> list[dict[str, Any]]:
     """The repairs recorded in one JSON-lines file (default: `repairs_path()`), oldest first.
 
     Only parses: a record is data, and reading it never runs code. Raises `OSError` when the
-    file cannot be read, `ValueError` when a line is not a JSON object.
+    file cannot be read, `ValueError` when a line is not a JSON object. Lines that are no repair
+    (`events`) are left out.
     """
-    return read_objects(path or repairs_path())
+    return [entry for entry in read_objects(path or repairs_path()) if "event" not in entry]
+
+
+def events(folder: Path | None = None) -> list[dict[str, Any]]:
+    """The lines of every JSON-lines record in `folder` that are no repair (what repairs passed over
+    later in the run), oldest first."""
+    folder = folder or config.settings().workspace
+    found = [entry for path in sorted(folder.glob("repairs*.jsonl")) for entry in read_objects(path)
+             if "event" in entry]
+    return sorted(found, key=lambda entry: str(entry.get("time", "")))
 
 
 def all_repairs(folder: Path | None = None) -> list[dict[str, Any]]:

@@ -10,10 +10,19 @@ Configuration (environment):
 
 One model call per crash, bounded by the crash's `Deadline`: the call is cancelled, closing its
 connection, when the deadline passes or the client goes away; one retry at most, and only when
-the first attempt failed fast (connection refused, 429, 5xx) with time left. What the endpoint
-accepts (a JSON Schema `response_format`, `json_object`, or plain text; `max_tokens` or
-`max_completion_tokens`; a `temperature`) is learnt from its 400 answers and remembered per base
-URL and model, so only the first crash at a new endpoint may need more than one request.
+the first attempt failed fast (connection refused, 429, 5xx) with time left, after the delay the
+endpoint's `Retry-After` asks for when it fits in the deadline. What the endpoint accepts (a JSON
+Schema `response_format`, `json_object`, or plain text; `max_tokens` or `max_completion_tokens`;
+a `temperature`) is learnt from its 400 answers and remembered per base URL and model, so only
+the first crash at a new endpoint may need more than one request; a 400 to a structured-output
+request that names no parameter is answered by asking once more without `response_format`.
+
+The body is read from its bytes (`repairbot.llm_wire`): server-sent events sent although no
+stream was asked for are assembled, and a body that is no chat completion is a failure naming
+what it is. The answer is looked for in the tool calls, the content and the reasoning, in that
+order (`repairbot.llm_answer`). Text the model wrote that reaches a person (its diagnosis, its
+answer in words) is given as the model's, and says that nothing in it was run when it holds
+anything shaped like a command (`repairbot.model_words`).
 
 The answer always holds the rules engine's suggestions as well, ranked with the model's by
 confidence, each marked with its origin; when the model gives nothing usable they are all there
@@ -36,17 +45,20 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import openai
-from openai.types.chat import ChatCompletion
 
 from repairbot.protocol import CrashReport
 from repairbot.backends.base import NO_QUESTIONS, Answer, merge
 from repairbot.deadline import Cancelled, Deadline, server_default
+from repairbot.llm_answer import find_answer
 from repairbot.llm_check import Reading, read_reply
-from repairbot.llm_parse import MODEL_KINDS, ReplyError, read_object
+from repairbot.llm_parse import MODEL_KINDS, ReplyError
+from repairbot.llm_wire import Completion, WireError, read_body
+from repairbot.model_words import as_the_models
 from repairbot.prompts import PromptError, messages
 from repairbot.protocol import CATEGORIES
 from repairbot.protocol import BackendInfo, ChatMessage, Diagnosis, Exchange, Suggestion, Transcript, Usage
@@ -94,13 +106,12 @@ class _Call:
     usage: Usage | None = None
     finish_reason: str | None = None
 
-    def completed(self, completion: ChatCompletion) -> None:
+    def completed(self, completion: Completion) -> None:
         """Keep the reply's raw text, its token counts and why it ended."""
-        self.reply = _raw_reply(completion)
-        usage = completion.usage
-        if usage is not None and usage.total_tokens:
-            self.usage = Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
-        self.finish_reason = completion.choices[0].finish_reason if completion.choices else None
+        self.reply = completion.raw
+        if completion.usage is not None:
+            self.usage = Usage(prompt_tokens=completion.usage[0], completion_tokens=completion.usage[1])
+        self.finish_reason = completion.finish_reason
 
     def transcript(self, notes: list[str]) -> Transcript | None:
         """The call as made; `None` when nothing was sent (the backend could not work as configured)."""
@@ -251,8 +262,8 @@ class OpenAIBackend:
         rules_diagnosis, rules_suggestions = analyse(report)
         call = _Call(self.model or "")
         try:
-            text, notes = self._ask(report, rules_diagnosis, deadline, call, question, conversation)
-            reading = read_reply(report, text)
+            found, notes = self._ask(report, rules_diagnosis, deadline, call, question, conversation)
+            reading = read_reply(report, found)
         except (LLMFailure, PromptError, ReplyError) as failure:
             reason = self._redact(f"{self.name} backend ({self._where()}): {failure}")
             return Answer(
@@ -284,13 +295,21 @@ class OpenAIBackend:
             why = f"all {reading.dropped} of its suggestions were dropped" if reading.dropped else "it proposed none"
             fallback = f"{self.name} backend ({self._where()}): no usable repair from the model ({why})"
             fallback += "; the rules engine's suggestions are given" if rules else "; the rules engine has none either"
+        said = self.model or "the model"
+        diagnosis = rules_diagnosis
+        if reading.diagnosis is not None:
+            explanation = as_the_models(said, self._redact(reading.diagnosis.explanation))
+            culprit = reading.diagnosis.culprit.model_copy(
+                update={"reason": as_the_models(said, self._redact(reading.diagnosis.culprit.reason))}
+            )
+            diagnosis = reading.diagnosis.model_copy(update={"explanation": explanation, "culprit": culprit})
         return Answer(
-            reading.diagnosis or rules_diagnosis,
+            diagnosis,
             merge(reading.suggestions, rules),
             used,
             fallback,
             notes,
-            answer=self._redact(reading.answer) if question and reading.answer else None,
+            answer=as_the_models(said, self._redact(reading.answer)) if question and reading.answer else None,
         )
 
     def _where(self) -> str:
@@ -307,8 +326,8 @@ class OpenAIBackend:
         call: _Call,
         question: str | None,
         conversation: Sequence[Exchange],
-    ) -> tuple[str, list[str]]:
-        """The text of the model's reply (content or tool-call arguments), and notes on how it came.
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The answer object in the model's reply (`llm_answer.find_answer`), and notes on how it came.
 
         `call` keeps what was sent and what came back, whatever happens.
         """
@@ -323,15 +342,19 @@ class OpenAIBackend:
         if call.reply is not None:
             call.reply = self._redact(call.reply)
         usage = completion.usage
-        tokens = (
-            f" ({usage.prompt_tokens} tokens in, {usage.completion_tokens} out)" if usage and usage.total_tokens else ""
-        )
+        tokens = f" ({usage[0]} tokens in, {usage[1]} out)" if usage else ""
         notes.insert(0, f"the model answered in {time.monotonic() - started:.1f} s{tokens}")
-        return _reply_text(completion, self.max_tokens), notes
+        if completion.streamed:
+            notes.append(
+                "the endpoint streamed its answer (server-sent events) although no stream was asked for; "
+                "it was read whole"
+            )
+        found, more = _answer(completion, self.max_tokens)
+        return found, notes + more
 
     async def _complete(
         self, chat: list[dict[str, str]], deadline: Deadline, answer: bool = False
-    ) -> tuple[ChatCompletion, list[str]]:
+    ) -> tuple[Completion, list[str]]:
         """One completion: adapting to what the endpoint rejects (remembered), retrying once if time allows.
 
         answer: the reply's schema asks for an answer to a person's question too.
@@ -341,30 +364,61 @@ class OpenAIBackend:
             capabilities = _learnt.get(key, Capabilities())
         notes: list[str] = []
         retried = False
+        guessed: Capabilities | None = None  # asked without `response_format` after a 400 that named nothing
         for _ in range(len(_FORMATS) + 3):  # each 400 teaches one thing; at most this many
             try:
-                return await self._attempt(self._parameters(chat, capabilities, answer), deadline), notes
+                completion = await self._attempt(self._parameters(chat, capabilities, answer), deadline)
             except openai.APIStatusError as error:
-                if error.status_code in (400, 422):
-                    learnt = _adapt(capabilities, error)
-                    if learnt is None:
-                        raise LLMFailure(self._status(error)) from None
+                learnt = _adapt(capabilities, error) if error.status_code in (400, 422, 500) else None
+                if learnt is not None:
                     notes.append(f"the endpoint rejected {_difference(capabilities, learnt)}: {_said(error)}")
                     capabilities = learnt
                     with _learnt_lock:
                         _learnt[key] = learnt
                     continue
-                if retried or not self._may_retry(error, deadline):
-                    raise LLMFailure(self._status(error)) from None
+                if error.status_code in (400, 422):
+                    if guessed is not None or capabilities.response_format == "text":
+                        raise LLMFailure(self._status(error)) from None
+                    guessed = capabilities = replace(capabilities, response_format="text")
+                    notes.append(
+                        f"the endpoint answered HTTP {error.status_code} ({_said(error)[:200]}) to a request with a "
+                        "structured-output `response_format`; asked once more without it, for plain text (the "
+                        "prompt asks for JSON)"
+                    )
+                    continue
+                wait = _retry_after(error)
+                if retried or not self._may_retry(error, deadline, wait):
+                    raise LLMFailure(self._status(error, wait, deadline)) from None
+                retried = True
+                notes.append(
+                    f"retried once after HTTP {error.status_code}, "
+                    + (f"{wait:g} s later as its Retry-After asked" if wait else "a moment later")
+                )
+                await self._pause(wait or min(1.0, deadline.remaining() / 10), deadline)
+                continue
             except openai.APITimeoutError:
                 raise LLMFailure(self._late(deadline)) from None  # its timeout is what was left of the deadline
             except openai.APIConnectionError as error:
                 if retried or deadline.remaining() < _MIN_RETRY_SECONDS or deadline.cancelled:
                     raise LLMFailure(f"cannot reach {self.base_url}: {_describe(error)}") from None
-            retried = True
-            notes.append("retried once after a failed attempt")
-            await asyncio.sleep(min(1.0, deadline.remaining() / 10))
+                retried = True
+                notes.append("retried once after a failed attempt")
+                await self._pause(min(1.0, deadline.remaining() / 10), deadline)
+                continue
+            if guessed is not None:
+                with _learnt_lock:
+                    _learnt[key] = guessed
+                notes.append(f"{self.base_url} (model {self.model}) is asked without `response_format` from now on")
+            return completion, notes
         raise LLMFailure("the endpoint kept rejecting the request's parameters")
+
+    async def _pause(self, seconds: float, deadline: Deadline) -> None:
+        """Wait `seconds` before a retry, or less if the client goes away."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if deadline.cancelled:
+                raise Cancelled()
+            await asyncio.sleep(min(_POLL, end - time.monotonic()))
 
     def _parameters(
         self, chat: list[dict[str, str]], capabilities: Capabilities, answer: bool = False
@@ -380,8 +434,11 @@ class OpenAIBackend:
             parameters["response_format"] = {"type": "json_object"}
         return parameters
 
-    async def _attempt(self, parameters: dict[str, Any], deadline: Deadline) -> ChatCompletion:
-        """One request, abandoned (its connection closed) when the deadline passes or is cancelled."""
+    async def _attempt(self, parameters: dict[str, Any], deadline: Deadline) -> Completion:
+        """One request, abandoned (its connection closed) when the deadline passes or is cancelled.
+
+        Its body is read as `repairbot.llm_wire` reads it, whatever its content type says.
+        """
         margin = min(1.0, deadline.seconds / 10)  # time left to send the answer back
         budget = deadline.remaining() - margin
         if budget <= 0 or deadline.cancelled:
@@ -394,12 +451,16 @@ class OpenAIBackend:
             http_client=openai.DefaultAsyncHttpxClient(verify=_tls()),
         )
         async with client:
-            call = asyncio.ensure_future(client.chat.completions.create(**parameters))
+            call = asyncio.ensure_future(client.chat.completions.with_raw_response.create(**parameters))
             try:
                 while True:
                     done, _ = await asyncio.wait({call}, timeout=_POLL)
                     if done:
-                        return call.result()
+                        response = call.result().http_response
+                        try:
+                            return read_body(response.content, response.headers.get("content-type", ""))
+                        except WireError as error:
+                            raise LLMFailure(f"the endpoint's answer (HTTP {response.status_code}) {error}") from None
                     if deadline.cancelled:
                         raise Cancelled()
                     if deadline.remaining() <= margin:
@@ -410,14 +471,19 @@ class OpenAIBackend:
     def _late(self, deadline: Deadline) -> str:
         return f"no reply within the crash's deadline of {deadline.seconds:g} s (DAIFU_BOT_DEADLINE)"
 
-    def _may_retry(self, error: openai.APIStatusError, deadline: Deadline) -> bool:
+    def _may_retry(self, error: openai.APIStatusError, deadline: Deadline, wait: float) -> bool:
         if error.status_code not in (408, 409, 429) and error.status_code < 500:
             return False
-        wait = _retry_after(error)
         return not deadline.cancelled and deadline.remaining() - wait >= _MIN_RETRY_SECONDS
 
-    def _status(self, error: openai.APIStatusError) -> str:
+    def _status(self, error: openai.APIStatusError, wait: float = 0.0, deadline: Deadline | None = None) -> str:
         said = _said(error)
+        if wait and deadline is not None and deadline.remaining() - wait < _MIN_RETRY_SECONDS:
+            return (
+                f"HTTP {error.status_code}: {said}; its Retry-After asks for {wait:g} s, more than the "
+                f"{max(0.0, deadline.remaining()):.0f} s left of the crash's deadline of {deadline.seconds:g} s "
+                "(DAIFU_BOT_DEADLINE)"
+            )
         if error.status_code == 404 and self.model and self.model in said:
             return f"HTTP 404: {said} (check DAIFU_OPENAI_MODEL)"
         if error.status_code == 404 and not urlsplit(self.base_url).path.rstrip("/").endswith("/v1"):
@@ -436,58 +502,33 @@ def _tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _reply_text(completion: ChatCompletion, max_tokens: int) -> str:
-    """The reply's text; `LLMFailure` for a refusal, a filtered or empty reply, or one cut at the limit."""
-    if not completion.choices:
-        raise LLMFailure("the endpoint's reply has no choices")
-    choice = completion.choices[0]
-    message = choice.message
-    if getattr(message, "refusal", None):
-        raise LLMFailure(f"the model refused: {str(message.refusal)[:300]!r}")
-    text = message.content or ""
-    if not text.strip() and message.tool_calls:
-        text = getattr(getattr(message.tool_calls[0], "function", None), "arguments", "") or ""
-    if not text.strip() and message.function_call:
-        text = message.function_call.arguments or ""
-    if choice.finish_reason == "content_filter":
+def _answer(completion: Completion, max_tokens: int) -> tuple[dict[str, Any], list[str]]:
+    """The answer object in the reply and where it was found; `LLMFailure` for a refusal, a filtered
+    or empty reply, or one cut at the limit before any answer was whole."""
+    if completion.refusal:
+        raise LLMFailure(f"the model refused: {completion.refusal[:300]!r}")
+    if completion.finish_reason == "content_filter":
         raise LLMFailure("the endpoint's content filter stopped the reply")
-    if choice.finish_reason == "length" and not _holds_answer(text):
-        raise LLMFailure(
-            f"the reply was cut off at the {max_tokens}-token limit (finish_reason=length) before its JSON "
-            "was complete; raise DAIFU_OPENAI_MAX_TOKENS if the model thinks at length"
-        )
-    if not text.strip():
+    if not (completion.content or "").strip() and not completion.tool_calls and not completion.reasoning:
         raise LLMFailure("the model's reply was empty")
-    return text
-
-
-def _raw_reply(completion: ChatCompletion) -> str | None:
-    """The reply's text as it came: its content, else a tool call's arguments, else its refusal."""
-    if not completion.choices:
-        return None
-    message = completion.choices[0].message
-    if message.content:
-        return message.content
-    if message.tool_calls:
-        return getattr(getattr(message.tool_calls[0], "function", None), "arguments", None)
-    if message.function_call:
-        return message.function_call.arguments
-    refusal = getattr(message, "refusal", None)
-    return f"(refusal) {refusal}" if refusal else message.content
-
-
-def _holds_answer(text: str) -> bool:
-    """Whether a reply cut at the token limit still holds a whole answer object (the cut was after it)."""
     try:
-        return bool(read_object(text))
+        return find_answer(completion)
     except ReplyError:
-        return False
+        if completion.finish_reason == "length":
+            raise LLMFailure(
+                f"the reply was cut off at the {max_tokens}-token limit (finish_reason=length) before its JSON "
+                "was complete; raise DAIFU_OPENAI_MAX_TOKENS if the model thinks at length"
+            ) from None
+        raise
 
 
 def _adapt(capabilities: Capabilities, error: openai.APIStatusError) -> Capabilities | None:
-    """What to send instead after a 400 naming a parameter we chose; `None` if the 400 is about something else."""
+    """What to send instead after a 400 (or a 500, as some llama.cpp forks answer) naming a parameter we
+    chose; `None` if the answer is about something else."""
     body = error.body if isinstance(error.body, dict) else {}
     said = f"{body.get('param') or ''} {_said(error)}".lower()
+    if error.status_code == 500 and "response_format" not in said:
+        return None
     if capabilities.response_format != "text" and any(
         word in said for word in ("response_format", "json_schema", "json_object", "structured output", "schema")
     ):
@@ -529,9 +570,21 @@ def _said(error: openai.APIStatusError) -> str:
 
 
 def _retry_after(error: openai.APIStatusError) -> float:
+    """The seconds the endpoint asks to wait (`retry-after-ms`, or `Retry-After` in seconds or as an
+    HTTP date); 0 when it asks nothing. The crash's deadline decides whether the wait is made."""
+    headers = error.response.headers
     try:
-        return min(30.0, float(error.response.headers.get("retry-after", "0")))
-    except ValueError:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        value = headers.get("retry-after", "").strip()
+        if not value:
+            return 0.0
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        return max(0.0, seconds)
+    except (ValueError, TypeError, OverflowError):
         return 0.0
 
 

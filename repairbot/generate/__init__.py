@@ -21,10 +21,21 @@ One module per family of edits, each with `propose(view)`:
 - `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
   dicts indexed by a key;
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy;
+- `leaves`: an in-place change of a leaf that requires grad (`w.clamp_`, `w -= lr * w.grad`) made in
+  `torch.no_grad()` (or on `.data`);
+- `lookups`: from the live object a failed lookup looked in (the report's `lookups`): the nearest key,
+  attribute or name holding the kind of value the place needs, `setdefault`/`.get` for a missing entry of
+  a mapping that keeps the run's accounts, an index one past the end of a list of settings clamped, a
+  reported quotient by zero guarded;
+- `elements`: `.item()` on many elements (`.sum()` of a comparison, `.mean()` of a per-sample value),
+  `None` placeholders left out of the tensors `torch.cat` joins;
 - `constraints`: a distribution's argument mapped into its constraint (`softmax` for a simplex, `logits=`);
 - `memory`: out of memory — the faulty call re-run on chunks of its batch;
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
-  make the missing folder of a write.
+  make the missing folder of a write;
+- `site_control`: passing over chosen by what the faulty statement is, whatever the message: the next
+  item of a loader that could not make one, the skip of a statement that only reports, the skip of an
+  iteration whose data the statement fails on (each refused by a trial that sees it fire again).
 
 `generate(report)` returns the candidates; `repairbot.generate.rank.ranked` orders them with the
 rules' suggestions.
@@ -35,7 +46,21 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 
-from repairbot.generate import constraints, control, dtypes, graph, memory, numbers, origin, shapes, structure
+from repairbot.generate import (
+    constraints,
+    control,
+    dtypes,
+    elements,
+    graph,
+    leaves,
+    lookups,
+    memory,
+    numbers,
+    origin,
+    shapes,
+    site_control,
+    structure,
+)
 from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import FunctionSite, View, sites
 from repairbot.protocol import CrashReport
@@ -51,9 +76,13 @@ FAMILIES: list[tuple[Family, str]] = [
     (dtypes.propose, "tensor_mismatch"),
     (shapes.propose, "tensor_mismatch"),
     (graph.propose, "api_misuse"),
+    (leaves.propose, "api_misuse"),
+    (lookups.propose, "api_misuse"),
+    (elements.propose, "api_misuse"),
     (constraints.propose, "api_misuse"),
     (memory.propose, "out_of_memory"),
     (control.propose, "exceptional_data"),
+    (site_control.propose, "exceptional_data"),
 ]
 CATEGORIES = {family.__module__.rsplit(".", 1)[-1]: category for family, category in FAMILIES}
 

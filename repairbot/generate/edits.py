@@ -93,16 +93,22 @@ def replace_statement(view: View, statement: ast.stmt, lines: str) -> str | None
 
     Only for a statement alone on its lines (not `a = 1; b = 2`), so nothing else is lost.
     """
-    first, last = statement.lineno - 1, (statement.end_lineno or statement.lineno) - 1
-    start, end = _span(view, statement)
-    line_start = sum(len(line) for line in view.lines[:first])
-    line_end = sum(len(line) for line in view.lines[: last + 1])
+    return replace_statements(view, statement, statement, lines)
+
+
+def replace_statements(view: View, first: ast.stmt, last: ast.stmt, lines: str) -> str | None:
+    """The function's source with the statements from `first` to `last` (of one block) replaced by `lines`,
+    at the indentation of `first`; only when no other statement or comment shares their lines."""
+    top, bottom = first.lineno - 1, (last.end_lineno or last.lineno) - 1
+    start, end = _span(view, first)[0], _span(view, last)[1]
+    line_start = sum(len(line) for line in view.lines[:top])
+    line_end = sum(len(line) for line in view.lines[: bottom + 1])
     before, after = view.site.source[line_start:start], view.site.source[end:line_end]
-    if before.strip() or after.strip():  # another statement, or a comment, shares its lines
+    if before.strip() or after.strip():  # another statement, or a comment, shares their lines
         return None
-    indent = _indent(view.lines[first])
+    indent = _indent(view.lines[top])
     block = "".join(indent + line + "\n" for line in lines.splitlines())
-    return _checked(view, "".join(view.lines[:first]) + block + "".join(view.lines[last + 1 :]))
+    return _checked(view, "".join(view.lines[:top]) + block + "".join(view.lines[bottom + 1 :]))
 
 
 def _checked(view: View, source: str) -> str | None:

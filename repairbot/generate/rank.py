@@ -2,8 +2,8 @@
 
 The order, best first:
 
-1. every candidate that gives nothing up before any that does (dropping elements or replacing bad
-   values, skipping an iteration, skipping a statement, discarding trained state — in that order);
+1. every candidate that gives nothing up before any that does (dropping elements, replacing bad
+   values or skipping a statement that only reports; passing over an item or skipping an iteration; skipping a statement, discarding trained state — in that order);
 2. the firmer the evidence, the earlier (`GeneratedRepair.evidence`);
 3. the smaller the edit, the earlier: syntax nodes changed, plus two for each new name;
 4. the rules' (or the family's) confidence.
@@ -25,7 +25,9 @@ from repairbot.generate.candidate import (
     DROPS_ELEMENTS,
     REPLACES_DATA,
     REPLACES_NONFINITE,
+    PASSES_ITEM,
     SKIPS_ITERATION,
+    SKIPS_REPORT,
     SKIPS_STATEMENT,
     GeneratedRepair,
     measure,
@@ -35,8 +37,8 @@ from repairbot.protocol import Suggestion
 from repairbot.signs import parse
 
 MAX_CANDIDATES = MAX_SUGGESTIONS
-_GIVING_UP = {"": 0, DROPS_ELEMENTS: 1, REPLACES_DATA: 1, REPLACES_NONFINITE: 1,
-              SKIPS_ITERATION: 2, SKIPS_STATEMENT: 3, DISCARDS_STATE: 4}
+_GIVING_UP = {"": 0, DROPS_ELEMENTS: 1, REPLACES_DATA: 1, REPLACES_NONFINITE: 1, SKIPS_REPORT: 1,
+              PASSES_ITEM: 2, SKIPS_ITERATION: 2, SKIPS_STATEMENT: 3, DISCARDS_STATE: 4}
 _NEW_STATE = re.compile(r"\b(?:nn|torch\.nn)\.[A-Z]\w*\(|\b(?:optim|torch\.optim)\.[A-Z]\w*\(|\.add_param_group\(")
 
 

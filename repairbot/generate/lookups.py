@@ -1,0 +1,329 @@
+"""Lookups that failed on a live object: what the object holds says what the statement meant.
+
+The report's `lookups` (`daifu.report.lookups`) name the object a failed lookup looked in and what it
+holds instead, with the kind of value under each name. From them:
+
+- the nearest existing key, attribute or name: close in spelling (or the same words in another order:
+  `val_acc` for `acc_val`), holding the kind of value the place needs (a number where it is added or
+  formatted with `:.3f`, something callable where it is called, a list where `.append` is called on
+  it, the kind its siblings in the statement hold), and the only one that close: two equally near
+  candidates, or names that differ only in a number (`fc1`, `fc2`: two different layers), are a guess,
+  not a typo. In a subscript, a `str.format` field (`{val_acc:.3f}`) or a `%(val_acc)s` field;
+- for a mapping that only keeps the run's accounts (numbers, text, lists of numbers: a metrics dict, a
+  history; never one holding tensors or modules, the model's state): `setdefault` where the statement
+  adds to or appends under the missing key, `.get(key, default)` where the value is only reported
+  (printed, logged, formatted); what is computed never reads a made-up default;
+- an index one past the end of a list of plain values (a schedule, a list of settings), clamped to its
+  last item: `schedule[min(epoch, len(schedule) - 1)]`;
+- a quotient by zero that is only reported (a metric: an accuracy over no samples), guarded:
+  `correct / total if total else 0.0`.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from collections.abc import Iterator
+
+from repairbot.generate import edits, make, usage
+from repairbot.generate.candidate import GeneratedRepair
+from repairbot.generate.view import View
+from repairbot.protocol import Lookup
+
+FAMILY = "lookups"
+CLOSE = 0.6
+"""How near in spelling a name must be to the wanted one to be taken for it (as `difflib.get_close_matches`)."""
+_PLAIN_ITEMS = frozenset({usage.NUMBER, usage.TEXT})
+_BOOKKEEPING = frozenset({usage.NUMBER, usage.TEXT})
+_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+_SAME_WORD = 0.7
+"""How near two words must be to be one word mistyped (`group`, `groups`; `wieght`, `weight`)."""
+
+
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
+    if view.statement is None:
+        return
+    for lookup in view.report.lookups:
+        if lookup.function != view.site.qualname or lookup.lineno != view.site.lineno:
+            continue
+        if lookup.kind == "key":
+            yield from _keys(view, lookup)
+        elif lookup.kind in ("attribute", "name"):
+            yield from _renamed(view, lookup)
+        elif lookup.kind == "index":
+            yield from _clamped(view, lookup)
+        elif lookup.kind == "divisor":
+            yield from _guarded(view, lookup)
+
+
+# -- the nearest name ---------------------------------------------------------------------------------------
+
+
+def nearness(a: str, b: str) -> float:
+    """How alike two names are as a typo of one another: 0.95 for the same words in another order; else
+    `difflib`'s ratio when each word of either has a near counterpart in the other (`param_group` and
+    `param_groups`), and 0 when a word has none (`val_loss` and `train_loss` name two different things)."""
+    words_a, words_b = _words(a), _words(b)
+    if a != b and sorted(words_a) == sorted(words_b):
+        return 0.95
+    if not (_matched(words_a, words_b) and _matched(words_b, words_a)):
+        return 0.0
+    return difflib.SequenceMatcher(None, a.lower(), b.lower()).ratio()
+
+
+def _words(name: str) -> list[str]:
+    return [w.lower() for w in _WORDS.findall(name)]
+
+
+def _matched(words: list[str], others: list[str]) -> bool:
+    return all(any(w == o or difflib.SequenceMatcher(None, w, o).ratio() >= _SAME_WORD for o in others) for w in words)
+
+
+def nearest(wanted: str, kinds: dict[str, str], needed: set[str] | None, python: str | None = None) -> str | None:
+    """The one name of `kinds` close to `wanted` whose kind fits `needed` (any kind, when `None`): Python's
+    own suggestion when it fits, else the nearest, if no other is as near."""
+    def fits(name: str) -> bool:
+        return needed is None or usage.category(kinds[name]) in needed
+
+    if python is not None and python in kinds and fits(python):
+        return python
+    scored = sorted(((nearness(wanted, name), name) for name in kinds
+                     if name != wanted and fits(name) and not _numbered_apart(wanted, name)
+                     and (wanted.startswith("_") or not name.startswith("_"))), reverse=True)
+    scored = [(score, name) for score, name in scored if score >= CLOSE]
+    if not scored or (len(scored) > 1 and scored[1][0] == scored[0][0]):
+        return None
+    return scored[0][1]
+
+
+def _numbered_apart(a: str, b: str) -> bool:
+    """Whether two names differ only in their numbers (`fc1`, `fc2`): two things, not a typo of one."""
+    return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
+
+
+def _renamed(view: View, lookup: Lookup) -> Iterator[GeneratedRepair | None]:
+    """An attribute or a name replaced by the nearest one the object or the scope holds."""
+    attributes = [n for n in view.walk() if isinstance(n, ast.Attribute) and n.attr == lookup.wanted
+                  and edits.text(view, n.value) == lookup.expression] if lookup.kind == "attribute" else []
+    names = view.name_nodes(lookup.wanted) if lookup.kind == "name" else []
+    nodes: list[ast.expr] = [*attributes, *names]
+    needs = [usage.expected(view, node) for node in nodes]
+    needed = None if not needs or any(n is None for n in needs) else set.intersection(*(n for n in needs if n))
+    new = nearest(lookup.wanted, lookup.kinds, needed, lookup.suggestion)
+    if not nodes or new is None:
+        return
+    changes: list[tuple[ast.AST, str]] = [(n, f"{edits.text(view, n.value)}.{new}") for n in attributes]
+    changes += [(n, new) for n in names]
+    if attributes:
+        said = f"`{lookup.expression}` ({lookup.type}) has no attribute `{lookup.wanted}`; it has `{new}`"
+    else:
+        said = f"No name `{lookup.wanted}` is defined here; `{new}` is"
+    kind = lookup.kinds.get(new, "")
+    yield make.changed(view, edits.replace(view, changes),
+                       f"{said} ({kind}){', as Python itself suggests' if new == lookup.suggestion else ''}.",
+                       FAMILY, 2 if needed is not None or new == lookup.suggestion else 1)
+
+
+# -- keys ------------------------------------------------------------------------------------------------
+
+
+def _keys(view: View, lookup: Lookup) -> Iterator[GeneratedRepair | None]:
+    wanted = _literal(lookup.wanted)
+    if wanted is None:
+        return
+    for node in view.walk():
+        if isinstance(node, ast.Subscript) and edits.text(view, node.value) == lookup.expression and _is(node.slice,
+                                                                                                       wanted):
+            yield from _subscript(view, lookup, node, wanted)
+        elif isinstance(wanted, str):
+            field = _format_field(view, node, lookup)
+            if field is not None:
+                yield from _format(view, lookup, wanted, *field)
+
+
+def _subscript(view: View, lookup: Lookup, node: ast.Subscript, wanted: object) -> Iterator[GeneratedRepair | None]:
+    kinds = _str_keys(lookup)
+    needed = usage.expected(view, node) or _siblings(view, lookup, kinds)
+    if isinstance(wanted, str) and isinstance(node.slice, ast.Constant):
+        new = nearest(wanted, kinds, needed)
+        if new is not None:
+            yield make.changed(view, edits.replace(view, [(node.slice, repr(new))]),
+                               f"`{lookup.expression}` has no key {lookup.wanted}; it has {new!r} "
+                               f"({kinds[new]}).", FAMILY, 2 if needed is not None else 1)
+    if not _bookkeeping(lookup):
+        return
+    container, key = edits.text(view, node.value), edits.text(view, node.slice)
+    parent, statement = view.parent(node), view.statement
+    if isinstance(parent, ast.AugAssign) and parent.target is node and parent is statement:
+        start = "[]" if _all_lists(lookup) else "0"
+        yield make.changed(view, edits.insert_before(view, statement, f"{container}.setdefault({key}, {start})"),
+                           f"`{lookup.expression}` keeps the run's accounts and has no entry {lookup.wanted} yet: "
+                           f"start it at {start} before adding to it.", FAMILY, 2)
+    elif isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in ("append", "extend"):
+        yield make.changed(view, edits.replace(view, [(node, f"{edits.atom(view, node.value)}.setdefault({key}, [])")]),
+                           f"`{lookup.expression}` keeps the run's accounts and has no list under {lookup.wanted} "
+                           "yet: start one.", FAMILY, 2)
+    elif isinstance(node.ctx, ast.Load) and usage.reported(view, node):
+        default = _default(view, node, lookup)
+        yield make.changed(view, edits.replace(view, [(node, f"{edits.atom(view, node.value)}.get({key}, {default})")]),
+                           f"{lookup.wanted} is not in `{lookup.expression}` (yet); the value is only reported: "
+                           f"report {default} for it.", FAMILY, 1)
+
+
+def _format_field(view: View, node: ast.AST, lookup: Lookup) -> tuple[ast.Constant, str] | None:
+    """The format string of `'...'.format(**m)`, `'...'.format_map(m)` or `'...' % m` where `m` is the lookup's
+    mapping, and the way a field is written in it (`{` or `%(`)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        looked = ([k.value for k in node.keywords if k.arg is None] if node.func.attr == "format"
+                  else node.args[:1] if node.func.attr == "format_map" else [])
+        template = node.func.value
+        if any(edits.text(view, m) == lookup.expression for m in looked) and _is_text(template):
+            return template, "{"  # type: ignore[return-value]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and _is_text(node.left) and \
+            edits.text(view, node.right) == lookup.expression:
+        return node.left, "%("  # type: ignore[return-value]
+    return None
+
+
+def _format(view: View, lookup: Lookup, wanted: str, template: ast.Constant,
+            opening: str) -> Iterator[GeneratedRepair | None]:
+    written = edits.text(view, template)
+    field = re.compile(re.escape(opening + wanted) + (r"(?=[}:!.\[])" if opening == "{" else r"(?=\))"))
+    if len(field.findall(written)) == 0:
+        return
+    kinds = _str_keys(lookup)
+    specs = re.findall(re.escape(opening + wanted) + r"(?:![rsa])?:([^{}]*)\}", written) if opening == "{" else []
+    needed = {usage.NUMBER, usage.TENSOR} if any(usage.numeric_format(s) for s in specs) else None
+    needed = needed or _field_siblings(written, opening, kinds)
+    new = nearest(wanted, kinds, needed)
+    if new is None or not new.isidentifier():
+        return
+    yield make.changed(view, edits.replace(view, [(template, field.sub(opening + new, written))]),
+                       f"The format asks `{lookup.expression}` for {lookup.wanted}, which it does not hold; it holds "
+                       f"{new!r} ({kinds[new]}).", FAMILY, 2 if needed is not None else 1)
+
+
+def _field_siblings(written: str, opening: str, kinds: dict[str, str]) -> set[str] | None:
+    """The categories the format's other fields of the same mapping hold, when they agree."""
+    fields = re.findall(r"\{(\w+)" if opening == "{" else r"%\((\w+)\)", written)
+    found = {usage.category(kinds[f]) for f in fields if f in kinds}
+    return found if len(found) == 1 else None
+
+
+def _siblings(view: View, lookup: Lookup, kinds: dict[str, str]) -> set[str] | None:
+    """The categories the statement's other constant keys of the same mapping hold, when they agree."""
+    found = {usage.category(kinds[n.slice.value]) for n in view.walk()
+             if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value in kinds
+             and edits.text(view, n.value) == lookup.expression}
+    return found if len(found) == 1 else None
+
+
+def _str_keys(lookup: Lookup) -> dict[str, str]:
+    """The mapping's string keys, with the kind of value under each."""
+    found = {}
+    for written, kind in lookup.kinds.items():
+        key = _literal(written)
+        if isinstance(key, str):
+            found[key] = kind
+    return found
+
+
+def _bookkeeping(lookup: Lookup) -> bool:
+    """Whether the mapping only keeps the run's accounts: every value seen, each a number, a text or a list of
+    them (a metrics dict, a history), none a tensor, a module or anything else of the model's state."""
+    if lookup.length is None or lookup.length != len(lookup.kinds):
+        return False
+    return all(usage.category(kind) in _BOOKKEEPING or _list_of_plain(kind) for kind in lookup.kinds.values())
+
+
+def _list_of_plain(kind: str) -> bool:
+    inner = kind.partition("[")[2].rstrip("]")
+    return usage.category(kind) == usage.LIST and (not inner or usage.category(inner) in _BOOKKEEPING)
+
+
+def _all_lists(lookup: Lookup) -> bool:
+    return bool(lookup.kinds) and all(usage.category(k) == usage.LIST for k in lookup.kinds.values())
+
+
+def _default(view: View, node: ast.AST, lookup: Lookup) -> str:
+    """The default a missing reported value gets: 0.0 among numbers or where a number is formatted, else None."""
+    categories = {usage.category(kind) for kind in lookup.kinds.values()}
+    needed = usage.expected(view, node)
+    if (needed and needed <= {usage.NUMBER, usage.TENSOR}) or (categories and categories <= {usage.NUMBER}):
+        return "0.0"
+    return "None"
+
+
+def _literal(written: str) -> object:
+    try:
+        return ast.literal_eval(written)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def _is(node: ast.expr, value: object) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is type(value) and node.value == value or (
+        not isinstance(node, ast.Constant))
+
+
+def _is_text(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+# -- an index one past the end ---------------------------------------------------------------------------------
+
+
+def _clamped(view: View, lookup: Lookup) -> Iterator[GeneratedRepair | None]:
+    index = _literal(lookup.wanted)
+    if not isinstance(index, int) or lookup.length is None or lookup.length == 0 or index < lookup.length:
+        return
+    item = lookup.kinds.get("item", "")
+    if usage.category(item) not in _PLAIN_ITEMS and not _list_of_plain(item):
+        return  # clamping an index into data, models or tensors would repeat one silently
+    for node in view.walk():
+        if not (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                and not isinstance(node.slice, ast.Slice) and edits.text(view, node.value) == lookup.expression):
+            continue
+        sequence = edits.text(view, node.value)
+        yield make.changed(view, edits.replace(view, [(node.slice, f"min({edits.text(view, node.slice)}, "
+                                                                   f"len({sequence}) - 1)")]),
+                           f"Index {index} is past the end of `{sequence}` ({lookup.length} items of {item}); keep "
+                           "to its last item from there on.", FAMILY, 2 if index == lookup.length else 1)
+
+
+# -- a quotient by zero that is only reported ------------------------------------------------------------------
+
+
+def _guarded(view: View, lookup: Lookup) -> Iterator[GeneratedRepair | None]:
+    statement = view.statement
+    for node in view.walk():
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv))
+                and edits.text(view, node.right) == lookup.expression and _pure(node.right)):
+            continue
+        target = statement.targets[0] if isinstance(statement, ast.Assign) and len(statement.targets) == 1 else None
+        metric = usage.reported(view, node) or (
+            isinstance(target, ast.Name) and statement is not None and usage.only_reported(view, target.id, statement))
+        if not metric:
+            continue
+        zero = "0.0" if isinstance(node.op, ast.Div) else "0"
+        divisor = edits.text(view, node.right)
+        guarded = f"{edits.text(view, node)} if {divisor} else {zero}"
+        whole = isinstance(statement, ast.Assign) and statement.value is node
+        yield make.changed(view, edits.replace(view, [(node, guarded if whole else f"({guarded})")]),
+                           f"`{divisor}` is 0 and the quotient is only reported (a metric over nothing): report "
+                           f"{zero} when there is nothing to divide by.", FAMILY, 2)
+
+
+def _pure(node: ast.expr) -> bool:
+    """Whether evaluating `node` twice gives the same and does nothing: names, attributes, constant subscripts,
+    `len` of one of them."""
+    if isinstance(node, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _pure(node.value)
+    if isinstance(node, ast.Subscript):
+        return _pure(node.value) and _pure(node.slice)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1:
+        return _pure(node.args[0])
+    return False

@@ -1,0 +1,107 @@
+"""Control candidates chosen by what the faulty statement is, whatever its message says.
+
+The same problem gives different messages across PyTorch versions and ops, and a crash nobody wrote a
+rule for still happens at a site of a known kind. When no edit of the code fits, the run can often go
+on by passing over the little that failed, and what may be passed over depends on the site:
+
+- a `for` header whose iterator object raised (a sample its loader could not make): `retry` fetches the
+  next item from the same iterator — it passes over the item that failed. Only when the frame under
+  the header is an iterator object's `__next__`: a generator that raised is finished, and a retry of its
+  loop would end the loop, passing over everything left in it;
+- a statement that only reports — a `print`, a logger's, a progress bar's or a metrics board's call —
+  and binds nothing: `skip` it; the run loses one line of its log, no trained state;
+- a statement in a `for` loop's iteration that reads that iteration's data (a batch the loop made):
+  `skip_iteration` passes over the rest of this iteration.
+
+Each gives something up, says what in its explanation, and is ranked after every edit. None is right
+by itself: a trial that runs past the interrupted iteration sees whether it fires again on the
+following ones (a deterministic fault does, bad data seldom does) and refuses it when what it passes
+over grows past the budget (`daifu.core.trial`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from repairbot.generate.candidate import PASSES_ITEM, SKIPS_ITERATION, SKIPS_REPORT, GeneratedRepair
+from repairbot.generate.view import View
+
+REPORTERS = ("logging.", "tqdm.", "torch.utils.tensorboard.", "tensorboardX.", "wandb.", "mlflow.", "_io.")
+"""Module prefixes of the classes whose methods only report: loggers, progress bars, metric boards, text
+streams. A receiver is known by its live value's class (the report's facts), never by its name."""
+_REPORTING_MODULES = frozenset({"logging", "warnings"})
+"""Modules whose functions only report, called through the module's own name (`logging.info(...)`)."""
+_CODE_ERRORS = frozenset({"NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundError", "SyntaxError",
+                          "IndentationError", "NotImplementedError", "RecursionError"})
+"""Exceptions that say the code is wrong whatever the data: passing the data over cannot help."""
+
+
+def propose(view: View) -> Iterator[GeneratedRepair | None]:
+    if view.statement is None or not view.outermost:
+        return
+    yield from _next_item(view)
+    yield from _report_skipped(view)
+    yield from _batch_passed_over(view)
+
+
+def _next_item(view: View) -> Iterator[GeneratedRepair | None]:
+    """`retry` of a `for` header whose iterator object raised: the next item, from the same iterator."""
+    if not isinstance(view.statement, (ast.For, ast.AsyncFor)) or view.exception_types & _CODE_ERRORS:
+        return
+    below = view.report.frames[1:2]
+    if not below or below[0].function not in ("__next__", "__anext__"):
+        return
+    yield GeneratedRepair("retry", "The loop's iterator could not make its next item (a sample that cannot be "
+                          "loaded): fetch the item after it from the same iterator.", "exceptional_data", 1,
+                          gives_up=PASSES_ITEM)
+
+
+def _report_skipped(view: View) -> Iterator[GeneratedRepair | None]:
+    """`skip` of a statement that binds nothing and only calls a reporter."""
+    statement = view.statement
+    if not isinstance(statement, ast.Expr):
+        return
+    call = statement.value.value if isinstance(statement.value, ast.Await) else statement.value
+    if isinstance(call, ast.Call) and _reports(view, call.func):
+        yield GeneratedRepair("skip", "The statement only reports (it logs or prints, and assigns nothing): pass it "
+                              "over, and training goes on without that line of its log.", "exceptional_data", 1,
+                              gives_up=SKIPS_REPORT)
+
+
+def _reports(view: View, called: ast.expr) -> bool:
+    """Whether `called` is a reporter: the builtin `print`, a reporting module's function, or a method of a
+    live value whose class is a reporter's."""
+    if isinstance(called, ast.Name):
+        return called.id == "print" and "print" not in view.site.variables
+    if not isinstance(called, ast.Attribute):
+        return False
+    receiver = called.value
+    while isinstance(receiver, ast.Attribute):
+        receiver = receiver.value
+    if not isinstance(receiver, ast.Name):
+        return False
+    if receiver is called.value and receiver.id in _REPORTING_MODULES and view.uses_module(receiver.id):
+        return True
+    if receiver is not called.value:
+        return False  # `a.b.write(...)`: what `a.b` is, the report does not say
+    kind = view.type_of(receiver.id) or ""
+    return kind.startswith(REPORTERS)
+
+
+def _batch_passed_over(view: View) -> Iterator[GeneratedRepair | None]:
+    """`skip_iteration` of a statement in a `for` loop that reads the data of its iteration."""
+    loops = view.loops()
+    if not loops or not isinstance(loops[0], (ast.For, ast.AsyncFor)) or view.exception_types & _CODE_ERRORS:
+        return
+    data = [name for name in view.reads if view.assigned_in_iteration(name) and _holds_data(view, name)]
+    if data:
+        yield GeneratedRepair("skip_iteration", f"The statement fails on this iteration's data "
+                              f"({', '.join(f'`{n}`' for n in data[:3])}): pass over the rest of the iteration and go "
+                              "on with the next one.", "exceptional_data", 0, gives_up=SKIPS_ITERATION)
+
+
+def _holds_data(view: View, name: str) -> bool:
+    """Whether `name` holds a batch: a tensor, an array, or a container of them (a list of samples)."""
+    kind = view.type_of(name) or ""
+    return kind in ("Tensor", "numpy.ndarray", "list", "tuple", "dict") or kind.endswith("BatchEncoding")

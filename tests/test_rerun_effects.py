@@ -1,0 +1,150 @@
+"""Unattended, a repair above the crash is applied only when the statements it runs again only compute.
+
+A surgery that fixes the statement where a bad value was made resumes there (issue 25.6): the
+statements down to the crash run a second time. Each test runs a real training loop that crashes for
+real, in automatic mode with `approve="auto"`, against a scripted bot over HTTP offering the right edit
+a few lines above the crash, with something different between:
+
+- only computation (a cast, a model without dropout or batch statistics): applied, and the run ends as
+  the fixed program does;
+- a random draw (an augmentation), a counter (`seen += len(x)`), a model with dropout in training: not
+  applied — the terminal names the statement and why — and the run ends as it would without DaiFu;
+- the same model in evaluation mode: applied.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
+import daifu
+from daifu.core import trial
+from repairbot.protocol import Suggestion
+from tests.botfixtures import ScriptedBot, served_scripted_bot
+from tests.copies import fresh
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+pytestmark = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no trials here: {trial.unavailable()}")
+
+BAD = "        labels = torch.tensor(rows, dtype=torch.float64)\n"
+GOOD = "        labels = torch.tensor(rows, dtype=torch.long)\n"
+
+
+def fit_plain(model, optimizer, data, seen):
+    for x, rows in data:
+        labels = torch.tensor(rows, dtype=torch.float64)
+        scores = model(x)
+        loss = F.cross_entropy(scores, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def fit_augmented(model, optimizer, data, seen):
+    for x, rows in data:
+        labels = torch.tensor(rows, dtype=torch.float64)
+        x = x + 0.01 * torch.randn_like(x)
+        loss = F.cross_entropy(model(x), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def fit_counting(model, optimizer, data, seen):
+    for x, rows in data:
+        labels = torch.tensor(rows, dtype=torch.float64)
+        seen[0] += len(rows)
+        loss = F.cross_entropy(model(x), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+@pytest.fixture(scope="module")
+def bot() -> Iterator[tuple[ScriptedBot, str]]:
+    with served_scripted_bot() as served:
+        yield served
+
+
+def data() -> list[tuple[Any, list[int]]]:
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(12, 4, generator=generator)
+    rows = (x[:, 0] > 0).long().tolist()
+    return [(x[i : i + 4], rows[i : i + 4]) for i in range(0, 12, 4)]
+
+
+def model_of(kind: str) -> nn.Module:
+    torch.manual_seed(1)
+    if kind == "dropout":
+        return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.3), nn.Linear(8, 2))
+    if kind == "eval":
+        return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.3), nn.Linear(8, 2)).eval()
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def run(program: Callable[..., Any], kind: str, url: str | None, tmp_path: Path) -> tuple[Any, nn.Module, list[int]]:
+    model, seen = model_of(kind), [0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(2)
+    if url is None:
+        return program(model, optimizer, data(), seen), model, seen
+    daifu.configure(mode="automatic", approve="auto", bot_url=url, workspace=tmp_path / "ws")
+    return daifu.transform(fresh(program))(model, optimizer, data(), seen), model, seen
+
+
+def fixed(program: Callable[..., Any]) -> Callable[..., Any]:
+    namespace: dict[str, Any] = {}
+    exec(inspect.getsource(program).replace(BAD, GOOD), program.__globals__, namespace)
+    return namespace[program.__name__]  # type: ignore[no-any-return]
+
+
+def offer_fix(scripted: ScriptedBot, program: Callable[..., Any]) -> None:
+    source = inspect.getsource(program)
+    assert BAD in source
+    scripted.suggestions = [Suggestion(kind="surgery", code=source.replace(BAD, GOOD),  # type: ignore[arg-type]
+                                       explanation="Class indices are integers.", confidence=0.9)]
+
+
+@pytest.mark.parametrize(("program", "kind"), [(fit_plain, "plain"), (fit_plain, "eval")])
+def test_a_fix_above_statements_that_only_compute_is_applied(bot, tmp_path: Path, program, kind) -> None:
+    scripted, url = bot
+    offer_fix(scripted, program)
+    loss, model, _ = run(program, kind, url, tmp_path)
+    plain_loss, plain_model, _ = run(fixed(program), kind, None, tmp_path)
+    assert loss == plain_loss
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), plain_model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(
+    ("program", "kind", "said"),
+    [
+        (fit_augmented, "plain", "calls `torch.randn_like`, which draws random numbers"),
+        (fit_counting, "plain", "writes into `seen[0]`"),
+        (fit_plain, "dropout", "in training mode, which draws random numbers for its dropout"),
+    ],
+)
+def test_a_fix_above_statements_with_effects_needs_a_person(
+    bot, tmp_path: Path, capsys: pytest.CaptureFixture[str], program, kind, said
+) -> None:
+    scripted, url = bot
+    offer_fix(scripted, program)
+    with pytest.raises(RuntimeError, match="expected scalar type Long|Long"):
+        run(program, kind, url, tmp_path)
+    err = capsys.readouterr().err
+    refusal = next(line for line in err.splitlines() if "without a person" in line)
+    assert "resumes above the crash" in refusal and said in refusal, refusal
