@@ -287,21 +287,6 @@ def critic_steps(generator_net, critic, batches, batch_size, code_size):
     return margins
 
 
-def critic_steps_fixed(generator_net, critic, batches, batch_size, code_size):
-    optimizer = torch.optim.SGD(critic.parameters(), lr=0.05)
-    margins = []
-    for step, real in enumerate(batches):
-        codes = torch.randn(real.size(0), code_size, generator=torch.Generator().manual_seed(100 + step))
-        imagined = generator_net(codes).detach()
-        gap = critic(real) - critic(imagined)
-        loss = torch.relu(1 - gap).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        margins.append(loss.item())
-    return margins
-
-
 def gan_parts() -> tuple[nn.Module, nn.Module, list[torch.Tensor]]:
     torch.manual_seed(2)
     maker, critic = nn.Linear(3, 7), nn.Sequential(nn.Linear(7, 4), nn.ReLU(), nn.Linear(4, 1))
@@ -323,14 +308,44 @@ def test_a_size_from_the_configuration_is_taken_from_the_data_where_the_tensor_i
         "codes = torch.randn(real.size(0), code_size, generator=torch.Generator().manual_seed(100 + step))"]
 
 
+def real_or_not(critic, batches, batch_size):
+    """The targets of a discriminator step sized by the configured batch size: the last batch is smaller."""
+    optimizer = torch.optim.SGD(critic.parameters(), lr=0.1)
+    losses = []
+    for real in batches:
+        truth = torch.ones(batch_size, 1)
+        scores = critic(real)
+        loss = F.binary_cross_entropy_with_logits(scores, truth)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def real_or_not_fixed(critic, batches, batch_size):
+    optimizer = torch.optim.SGD(critic.parameters(), lr=0.1)
+    losses = []
+    for real in batches:
+        truth = torch.ones(real.size(0), 1)
+        scores = critic(real)
+        loss = F.binary_cross_entropy_with_logits(scores, truth)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
 @needs_trials
-def test_a_last_smaller_batch_recovers_with_the_fixed_programs_margins(automatic) -> None:
-    maker, critic, batches = gan_parts()
-    margins = daifu.transform(fresh(critic_steps))(maker, critic, batches, 16, 3)
+def test_targets_sized_by_the_configuration_recover_with_the_fixed_programs_losses(automatic) -> None:
+    _, critic, batches = gan_parts()
+    losses = daifu.transform(fresh(real_or_not))(critic, batches, 16)
     repairs = automatic()
     assert [r["decision"] for r in repairs] == ["Surgery"]
-    fixed_maker, fixed_critic, _ = gan_parts()
-    assert margins == critic_steps_fixed(fixed_maker, fixed_critic, batches, 16, 3)
+    assert changed_lines(repairs[0]["code"], real_or_not) == ["truth = torch.ones(real.size(0), 1)"]
+    _, fixed_critic, _ = gan_parts()
+    assert losses == real_or_not_fixed(fixed_critic, batches, 16)
     assert all(torch.equal(a, b) for a, b in zip(weights(critic), weights(fixed_critic)))
 
 
