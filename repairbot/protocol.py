@@ -119,6 +119,28 @@ class Attempt(BaseModel):
     outcome: str
 
 
+MAX_OPERANDS = 32
+"""Operands one report describes (`CrashReport.operands`)."""
+
+
+class Operand(BaseModel):
+    """A sub-expression of a faulty statement, evaluated in its frame where that is safe (see
+    `daifu.report.operands`), with its facts: `type`, and as they apply `dtype`, `shape`, `device`,
+    `min`/`max`, `nan`/`inf`, `value`.
+
+    function: the qualname of the frame it was evaluated in (the vaccinated function, or the deepest
+        user callee, whose statement made the failing call).
+    expect: what the failing call expects that this operand does not give, when something says so
+        (`dtype`, `classes`, `rows`, `int`, `features`, `rows_of`...); wrong: the same, in a sentence.
+    """
+
+    expression: str = Field(max_length=500)
+    function: str = Field(default="", max_length=500)
+    facts: dict[str, Any] = Field(default_factory=dict)
+    expect: dict[str, Any] = Field(default_factory=dict)
+    wrong: str = Field(default="", max_length=1000)
+
+
 class Lookup(BaseModel):
     """A lookup of the faulty statement that failed, seen on the live object (`daifu.report.lookups`).
 
@@ -152,6 +174,7 @@ class Lookup(BaseModel):
 class CrashReport(BaseModel):
     """Everything the repair bot is told about one crash.
 
+    operands: the faulty statement's operands, evaluated where safe, the wrong ones named.
     lookups: the failed lookups of the faulty statement on their live objects (a missing key, an
     attribute typo, an index one past the end, a zero divisor), for the repairs that read them.
     """
@@ -164,6 +187,7 @@ class CrashReport(BaseModel):
     tried: list[Attempt] = Field(default_factory=list)
     attempt: int = 1
     truncated: bool = False
+    operands: list[Operand] = Field(default_factory=list, max_length=MAX_OPERANDS)
     lookups: list[Lookup] = Field(default_factory=list)
 
 

@@ -347,6 +347,20 @@ def dropped_rows(before: Mapping[str, Any], after: Mapping[str, Any]) -> int:
     return dropped
 
 
+def dropped_by_rebinding(before: Mapping[str, Any], namespace: Mapping[str, Any], fdef: ast.FunctionDef,
+                         path: Path) -> int:
+    """The rows a changed statement at `path` dropped by rebinding the names of `before` (`dropped_rows`),
+    less those it made to match the iteration's batch: a name rebound to exactly as many rows as the batch
+    held before the statement (a tensor sized from the data instead of a configured batch size) drops
+    none of the data."""
+    around = loop_around(fdef, path)
+    samples = batch_samples({**namespace, **before}, around[0]) if around is not None else None
+    if samples is None:
+        return dropped_rows(before, namespace)
+    matching = {name for name in before if name in namespace and rows(namespace[name]) == samples}
+    return dropped_rows({name: old for name, old in before.items() if name not in matching}, namespace)
+
+
 # -- probes: a surgery's new statements, counted each time they run -----------------------------
 
 

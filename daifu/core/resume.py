@@ -614,7 +614,7 @@ class Vaccine:
         the budget the surgery's version is taken back (`_take_back`): the original statements run
         instead, and the original exception raises again where it did. A failure of DaiFu's own here
         is said as DaiFu's, and the program goes on as the surgery made it."""
-        from daifu.core.account import account_of, dropped_rows, probe, probe_firing
+        from daifu.core.account import account_of, dropped_by_rebinding, probe, probe_firing
 
         try:
             version = self.units.get(id(frame.f_code))
@@ -622,7 +622,7 @@ class Vaccine:
                 return
             found = probe(number)
             namespace = ChainMap(frame.f_locals, frame.f_globals)
-            dropped = dropped_rows(before, namespace) if before is not None else 0
+            dropped = dropped_by_rebinding(before, namespace, version.fdef, path) if before is not None else 0
             firing = probe_firing(found, version.fdef, path, namespace, dropped)
             if firing is None:
                 return

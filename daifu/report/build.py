@@ -35,6 +35,7 @@ from repairbot.protocol import (
 )
 from daifu.core.bounded import budget, describe
 from daifu.report.lookups import lookups
+from daifu.report.operands import operands
 from daifu.report.redact import known_secrets, redact, scrub, secret_environment, secret_values
 from daifu.report.summary import Summary, summarize_namespace, truncate
 
@@ -77,6 +78,7 @@ def build_report(crash: Crash) -> CrashReport:
             summaries = _variables(summarize_namespace(crash.locals))
             exception = _exception_info(crash.exception)
             frames = _frames(crash, summaries)
+            evaluated = operands(crash, is_library)
             failed = lookups(crash, _user_callees(crash))
         report = CrashReport(
             exception=exception,
@@ -88,6 +90,7 @@ def build_report(crash: Crash) -> CrashReport:
                 Attempt(decision=truncate(redact(d), 2000), outcome=truncate(redact(o), 500)) for d, o in crash.tried
             ],
             attempt=crash.attempt,
+            operands=evaluated,
             lookups=failed,
         )
     return bound(_scrubbed(report, secrets))
@@ -317,6 +320,7 @@ def _drop_callee_locals(report: CrashReport) -> CrashReport:
 
 def _fewer_variables(report: CrashReport) -> CrashReport:
     report.variables = dict(list(report.variables.items())[:40])
+    report.operands = [operand for operand in report.operands if operand.wrong][:8]
     report.frames[0].locals = {}  # the same values as `variables`
     return report
 
@@ -366,6 +370,11 @@ def _render_lines(report: CrashReport) -> Iterator[str]:
     yield "Live variables:"
     for name, variable in report.variables.items():
         yield f"  {name} = {variable.text}"
+    if report.operands:
+        yield ""
+        yield "Operands of the faulty statement (evaluated where safe):"
+        for operand in report.operands:
+            yield f"  {operand.wrong}" if operand.wrong else f"  {operand.expression}: {operand.facts}"
     yield ""
     env = report.environment
     yield f"Environment: Python {env.python}, torch {env.torch or '-'}, CUDA {env.cuda or '-'}, {env.platform}"

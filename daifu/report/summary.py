@@ -165,12 +165,15 @@ def _dispatch(value: Any) -> Summary:
 
 
 def _ndarray(numpy: Any, value: Any) -> Summary:
-    """A NumPy array as a tensor is described: shape, dtype, and for a small float array its NaN and Inf
-    counts (an observation or a batch read with NumPy is where bad data often comes from)."""
+    """A NumPy array as a tensor is described: shape, dtype, for a small float array its NaN and Inf
+    counts (an observation or a batch read with NumPy is where bad data often comes from), for a small
+    integer array its range (labels and ids often come from NumPy)."""
     facts: dict[str, Fact] = {"shape": list(value.shape), "dtype": str(value.dtype)}
     if value.dtype.kind == "f" and value.size <= _SMALL_TENSOR:
         facts["nan"] = int(numpy.isnan(value).sum())
         facts["inf"] = int(numpy.isinf(value).sum())
+    elif value.dtype.kind in "iu" and 0 < value.size <= _SMALL_TENSOR:  # labels, ids: the range a lookup meets
+        facts.update(min=int(value.min()), max=int(value.max()))
     return Summary(_type_name(value), describe(value)[: 4 * MAX_TEXT], facts)
 
 

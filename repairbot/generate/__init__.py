@@ -10,6 +10,9 @@ order, and applies the first that completes healthy (`daifu.decide.automatic`).
 
 One module per family of edits, each with `propose(view)`:
 
+- `origin`: the edit where the bad value was made — the report names the wrong operand
+  (`CrashReport.operands`), the function's def-use chains (`trace`) lead to the statement that made
+  it: a cast there, `- 1` on labels numbered from 1, `//`, a size from the data;
 - `numbers`: a float where an int belongs, an int where a size tuple does (PyTorch's argument parser
   says which argument), `//` a line up;
 - `dtypes`: casts to the dtype the other operand, the module or the loss needs;
@@ -53,6 +56,7 @@ from repairbot.generate import (
     lookups,
     memory,
     numbers,
+    origin,
     shapes,
     site_control,
     structure,
@@ -66,6 +70,7 @@ PER_FAMILY = 8
 
 Family = Callable[[View], Iterator[GeneratedRepair | None]]
 FAMILIES: list[tuple[Family, str]] = [
+    (origin.propose, "tensor_mismatch"),
     (numbers.propose, "api_misuse"),
     (structure.propose, "api_misuse"),
     (dtypes.propose, "tensor_mismatch"),
