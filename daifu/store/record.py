@@ -292,7 +292,8 @@ class Entry:
         return f"{crash.exception_type} at {os.path.basename(crash.filename)}:{crash.lineno} in {crash.qualname}"
 
     def _what(self) -> str:
-        from daifu.core.decisions import Plays, Surgery
+        from daifu.core.decisions import Patch, Plays, Surgery
+        from daifu.core.gist import body, statements
         from daifu.core.kinds import code_of, play_name, step_names
 
         decision = self.decision
@@ -306,8 +307,10 @@ class Entry:
             lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
             shown = "; ".join(lines)
             return f"Surgery `{_cut(shown)}`" if shown else "Surgery (lines removed)"
-        lines = [line.strip() for line in code.splitlines()
-                 if line.strip() and not line.lstrip().startswith(("@", "def ", "#"))]
+        if isinstance(decision, Patch):  # the callee's new body, under its name
+            shown = "; ".join(body(code))
+            return f"Patch of {decision.target}" + (f" `{_cut(shown)}`" if shown else "")
+        lines = statements(code)
         return play_name(decision) + (f" `{_cut('; '.join(lines))}`" if lines else "")
 
     def _item(self) -> dict[str, Any]:
