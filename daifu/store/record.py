@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import math
 import os
 import shutil
 import sys
@@ -362,9 +363,20 @@ def begin(crash: Crash, settings: Settings | None = None) -> Entry:
     """Start recording the repair of `crash`, handled under `settings`: writes `Repair N Begin`."""
     _file()
     entry = Entry(RUN.next_number(), crash, settings)
+    losses = _losses_at(crash)
+    if losses:
+        entry.extra["losses"] = losses
     _current.number = entry.number
     _line("INFO", f"Repair {entry.number} Begin")
     return entry
+
+
+def _losses_at(crash: Crash) -> dict[str, float | None]:
+    """The loss values the crashed frame held (`daifu.core.health.losses`), for `daifu show --plot` to draw
+    a run that logs no metrics; a value that is not finite is `None` (JSON has no NaN)."""
+    from daifu.core.health import losses
+
+    return {name: value if math.isfinite(value) else None for name, value in losses(crash.locals).items()}
 
 
 def current_number() -> int:
