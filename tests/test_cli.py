@@ -137,3 +137,38 @@ def test_the_console_script_is_installed(tmp_path: Path) -> None:
     assert result.returncode == 0 and "replay" in result.stdout
     result = subprocess.run([DAIFU, "nonsense"], capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 2
+
+
+def test_a_crash_let_through_shows_the_users_frames_and_none_of_the_launchers(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [DAIFU, "run", program("plain.py")],
+        env=child_env(tmp_path),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    traceback = result.stderr[result.stderr.index("Traceback (most recent call last):"):]
+    frames = [line.strip() for line in traceback.splitlines() if line.strip().startswith("File ")]
+    assert result.returncode == 1, result.stderr
+    assert frames[0] == f'File "{program("plain.py")}", line 19, in <module>', frames
+    assert not [frame for frame in frames if "daifu/cli" in frame or "bin/daifu" in frame], frames
+    assert f'File "{program("plain.py")}", line 7, in scale' in frames[-1]
+    assert traceback.rstrip().endswith("TypeError: unsupported operand type(s) for *: 'NoneType' and 'int'")
+
+
+@pytest.mark.parametrize("command", [["show"], ["report", "1"], ["--help"]])
+def test_a_command_piped_into_head_ends_quietly(tmp_path: Path, command: list[str]) -> None:
+    recorded(tmp_path, *[{**ENTRY, "repair": n, "code": "def main():\n" + "    pass\n" * 20000} for n in (1, 2)])
+    result = subprocess.run(
+        f"{' '.join([DAIFU, *command])} | head -2",
+        shell=True,
+        env=child_env(tmp_path, DAIFU_WORKSPACE=str(tmp_path / "daifu_workspace")),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert len(result.stdout.splitlines()) == 2 and result.stderr == "", result.stderr
