@@ -42,6 +42,7 @@ from daifu.decide.contract import Person
 from daifu.decide.failure import doing
 from daifu.decide.fold import fold_repeated
 from daifu.decide.reruns import describe as describe_reruns
+from daifu.decide.tried import tried_lines, where_the_rest_is
 from daifu.decide.verify import Verification
 from daifu.report.build import build_report
 from daifu.report.redact import redact
@@ -82,6 +83,8 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         chosen = remote.decide(stage, context, report, answer, found, lambda: _automatic(stage, context, found))
     with doing("recording the bot's answer"):
         record_answer(context, report, answer, found)
+    if settings.approve == "auto" and (chosen is None or not isinstance(chosen.decision, Raise)):
+        _say_tried(stage, found, chosen)
     if chosen is None:
         if settings.approve == "never":
             say(f"{len(found)} suggestion(s) recorded; approve='never' applies none")
@@ -136,6 +139,15 @@ def _say_diagnosis(crash: Crash, answer: BotAnswer) -> None:
     say(f"{crash.exception_type} at {where}: repair bot ({who}): [{answer.diagnosis.category}] {first[:160]}")
     if answer.fallback_reason:
         say(f"  (the repair bot fell back: {answer.fallback_reason[:200]})")
+
+
+def _say_tried(stage: Verification, found: list[Candidate], applied: Candidate | None) -> None:
+    """One line per candidate refused (before `applied`, or all when none was), and where the rest is."""
+    lines = tried_lines(found, stage.crash.source, applied)
+    for line in lines:
+        say(line)
+    if lines:
+        say(where_the_rest_is(stage.settings, RECORD_NAME))
 
 
 def record_answer(context: RepairContext, report: CrashReport, answer: BotAnswer, found: list[Candidate]) -> None:

@@ -142,6 +142,36 @@ def _message(error: BaseException) -> str:
         return "<message unavailable>"
 
 
+def edit_in_short(decision: Decision, running: str) -> str:
+    """`decision` in a few words for a line of the terminal: its play, and its code in short (of a
+    surgery, the lines it changes in `running`, the source of the version that crashed)."""
+    from daifu.core.decisions import Plays, Surgery
+    from daifu.core.kinds import play_name, step_names
+
+    if isinstance(decision, Plays):
+        return "+".join(step_names(decision))
+    code = code_in_short(decision, running)
+    if isinstance(decision, Surgery) and not code:
+        return "Surgery (lines removed)"
+    return play_name(decision) + (f" `{code}`" if code else "")
+
+
+def code_in_short(decision: Decision, running: str) -> str:
+    """The code `decision` carries, on one line: a surgery's lines that `running` lacks, an action's or
+    a patch's statements without their `def`, decorators and comments; `""` when it carries none."""
+    from daifu.core.decisions import Surgery
+    from daifu.core.kinds import code_of
+
+    code = code_of(decision) or ""
+    if isinstance(decision, Surgery):  # what changed, not the whole function
+        old = {line.strip() for line in running.splitlines()}
+        lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
+    else:
+        lines = [line.strip() for line in code.splitlines()
+                 if line.strip() and not line.lstrip().startswith(("@", "def ", "#"))]
+    return _cut("; ".join(lines))
+
+
 def _cut(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -292,23 +322,7 @@ class Entry:
         return f"{crash.exception_type} at {os.path.basename(crash.filename)}:{crash.lineno} in {crash.qualname}"
 
     def _what(self) -> str:
-        from daifu.core.decisions import Plays, Surgery
-        from daifu.core.kinds import code_of, play_name, step_names
-
-        decision = self.decision
-        if decision is None:
-            return "nothing"
-        if isinstance(decision, Plays):
-            return "+".join(step_names(decision))
-        code = code_of(decision) or ""
-        if isinstance(decision, Surgery):  # what changed, not the whole function
-            old = {line.strip() for line in self.crash.source.splitlines()}
-            lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
-            shown = "; ".join(lines)
-            return f"Surgery `{_cut(shown)}`" if shown else "Surgery (lines removed)"
-        lines = [line.strip() for line in code.splitlines()
-                 if line.strip() and not line.lstrip().startswith(("@", "def ", "#"))]
-        return play_name(decision) + (f" `{_cut('; '.join(lines))}`" if lines else "")
+        return "nothing" if self.decision is None else edit_in_short(self.decision, self.crash.source)
 
     def _item(self) -> dict[str, Any]:
         """This repair's line of `repairs.jsonl`; its `duration_ms` is `None` until it resumes."""
