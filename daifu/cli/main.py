@@ -25,6 +25,7 @@ from daifu.cli import launch
 from daifu.store import repairs
 from daifu.store.lines import read_objects
 from daifu.report.redact import redact
+from daifu.state import RUN
 
 USAGE_ERROR = 2
 CLOSED_PIPE = 128 + signal.SIGPIPE
@@ -133,6 +134,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.replay:
         config.configure(mode="replay")
+    RUN.launcher = f"daifu {command}"
     try:
         launch.run_as_main(code, script, args.args)
     except SystemExit:
