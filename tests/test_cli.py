@@ -94,7 +94,8 @@ def test_show_lists_what_where_and_how_long(tmp_path: Path, capsys: pytest.Captu
     recorded(tmp_path, ENTRY, {**ENTRY, "decision": "Pass", "code": None, "duration_ms": 12000.0, "line": 20})
     assert cli.main(["show"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["#", "time", "function", "where", "exception", "decision", "by", "restore"]
+    assert [cell.strip() for cell in lines[0].split("  ") if cell.strip()] == [
+        "#", "time", "function", "where", "exception", "decision", "decided by", "suggested by", "restore"]
     assert lines[1].split() == [
         "1",
         "2026-01-02",
@@ -103,11 +104,34 @@ def test_show_lists_what_where_and_how_long(tmp_path: Path, capsys: pytest.Captu
         "train.py:12",
         "TypeError",
         "Surgery",
-        "console",
+        "person",  # an old record's `console`: a person decided, and suggested it too
+        "person",
         "12",
         "ms",
     ]
-    assert lines[2].split()[-4:] == ["Pass", "console", "12.0", "s"]
+    assert lines[2].split()[-5:] == ["Pass", "person", "person", "12.0", "s"]
+
+
+def test_show_says_who_decided_apart_from_who_suggested_and_the_wait_apart_from_the_restore(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recorded(
+        tmp_path,
+        {**ENTRY, "decided_by": "bot"},  # old records: the bot's, applied automatically...
+        {**ENTRY, "decided_by": "bot", "decided_by_person": "alice"},  # ... or by a person on the page
+        {**ENTRY, "decided_by": "person", "suggested_by": "bot", "decided_at": "approval page",
+         "decided_by_person": "bob", "duration_ms": 40.0, "waited_ms": 59700.0},
+        {**ENTRY, "decided_by": "automatic", "suggested_by": "bot"},
+    )
+    assert cli.main(["show"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [cell.strip() for cell in lines[0].split("  ") if cell.strip()][-4:] == [
+        "decided by", "suggested by", "restore", "wait for a person"]
+    assert [line.split()[7:] for line in lines[1:]] == [
+        ["automatic", "bot", "12", "ms", "-"],
+        ["alice", "bot", "12", "ms", "-"],
+        ["bob", "bot", "40", "ms", "59.7", "s"],
+        ["automatic", "bot", "12", "ms", "-"],
+    ]
 
 
 def test_show_without_a_record_says_so(capsys: pytest.CaptureFixture[str]) -> None:

@@ -120,7 +120,9 @@ def test_ask_answers_the_question_offers_tried_suggestions_and_applies_the_chose
     assert len(llm.requests) == 1
     assert "The person at the console now asks: why does adding the item fail?" in llm.prompts[0]
     records = [json.loads(line) for line in (tmp_path / "ws" / "repairs.jsonl").read_text().splitlines()]
-    assert [(r["decision"], r["decided_by"]) for r in records] == [("Surgery", "console")]
+    assert [(r["decision"], r["decided_by"], r["suggested_by"], r["decided_at"]) for r in records] == [
+        ("Surgery", "person", "bot", "console")]  # a person decided at the console, on the bot's suggestion
+    assert records[0]["waited_ms"] > 0
     answers = [json.loads(line) for line in (tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()]
     assert answers[0]["transcript"]["messages"] == llm.requests[0]["messages"]
     assert answers[0]["answer"].startswith(MARK + ANSWER)

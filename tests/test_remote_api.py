@@ -439,9 +439,13 @@ def test_a_decision_through_the_api_repairs_the_waiting_run(url: str, tmp_path: 
         assert state.json()["status"] == "decided" and state.json()["decided_by"] == "ops"
         assert running.finish() == 0
     assert running.result() == fixed_result()
-    assert "ops decided remotely after" in running.stderr and "(by ops, remotely)" in running.stderr
+    assert "ops decided remotely after" in running.stderr
+    assert "(by ops on the approval page, suggested by bot)" in running.stderr
+    assert "waiting for a person" in running.stderr
     record = [json.loads(line) for line in (tmp_path / "daifu_workspace" / "repairs.jsonl").read_text().splitlines()]
-    assert [(r["decision"], r["decided_by"], r["decided_by_person"]) for r in record] == [("Surgery", "bot", "ops")]
+    assert [(r["decision"], r["decided_by"], r["suggested_by"], r["decided_at"], r["decided_by_person"])
+            for r in record] == [("Surgery", "person", "bot", "approval page", "ops")]
+    assert record[0]["waited_ms"] > 0
 
 
 def total(items):

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import daifu
 from daifu import config
 from daifu.cli import launch
-from daifu.store import repairs
+from daifu.store import credit, repairs
 from daifu.store.lines import read_objects
 from daifu.report.redact import redact
 from daifu.state import RUN
@@ -178,7 +178,10 @@ def _table(entries: list[dict[str, Any]], passed: list[str] | None = None) -> No
         return
     ranked = any(entry.get("rank") is not None for entry in entries)
     passed = passed if passed is not None and any(passed) else None
-    header: tuple[str, ...] = ("#", "time", "function", "where", "exception", "decision", "by", "restore")
+    waited = any(isinstance(entry.get("waited_ms"), (int, float)) for entry in entries)
+    header: tuple[str, ...] = ("#", "time", "function", "where", "exception", "decision", "decided by",
+                               "suggested by", "restore")
+    header += ("wait for a person",) if waited else ()
     header += ("passed over",) if passed else ()
     rows = [header + (("rank",) if ranked else ())]
     for index, entry in enumerate(entries, 1):
@@ -190,15 +193,23 @@ def _table(entries: list[dict[str, Any]], passed: list[str] | None = None) -> No
                 f"{Path(str(entry.get('file', '?'))).name}:{entry.get('line', '?')}",
                 str(entry.get("exception_type", "?")),
                 str(entry.get("decision", "?")),
-                str(entry.get("decided_by", "")),
+                *_credit(entry),
                 _duration(entry.get("duration_ms")),
             )
+            + ((_duration(entry.get("waited_ms")),) if waited else ())
             + ((passed[index - 1] or "-",) if passed else ())
             + ((str(entry.get("rank", "")),) if ranked else ())
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _credit(entry: dict[str, Any]) -> tuple[str, str]:
+    """Who decided (a person by the name the approval page gave) and who suggested, old records too."""
+    decided_by, suggested_by = credit.read(entry)
+    name = entry.get("decided_by_person")
+    return (str(name) if decided_by == credit.PERSON and name else decided_by or "-"), suggested_by or "-"
 
 
 def _plot(entries: list[dict[str, Any]], workspace: Path, path: Path) -> int:

@@ -37,6 +37,7 @@ from daifu.core.handling import RepairContext
 from daifu.core.kinds import code_of, play_name
 from daifu.decide import watch
 from daifu.decide.botclient import BotAnswer, ask_bot
+from daifu.decide.by_person import person_decided, waiting
 from daifu.decide.candidates import Candidate, candidates, rank, with_experience
 from daifu.decide.contract import Person
 from daifu.decide.failure import doing
@@ -115,9 +116,12 @@ def _ask_person(stage: Verification, context: RepairContext, person: Person | No
     if person is None or not person.present():
         return None
     options = stage.for_a_person(found)
-    decision = person.approve(stage.crash, context, diagnosis_text(diagnosis), options)
+    context.shown.extend(c.decision for c in options if c.suggestion is not None)
+    with waiting(context):
+        decision = person.approve(stage.crash, context, diagnosis_text(diagnosis), options)
     if decision is None:
         return None
+    person_decided(context, decision, "approval prompt")
     return next((c for c in options if c.decision == decision), Candidate(decision))
 
 

@@ -27,7 +27,7 @@ from daifu.core.crash import Crash
 from daifu.core.decisions import Decision, Raise, Retry
 from daifu.core.handling import RepairContext
 from daifu.core.kinds import is_decision
-from daifu.decide import failure
+from daifu.decide import by_person, failure
 from daifu.decide.contract import DecidedBy, Person, Source
 from daifu.decide.hints import setting
 from daifu.say import say_once
@@ -103,7 +103,13 @@ class ConsoleSource:
     decided_by = DecidedBy.CONSOLE
 
     def decide(self, crash: Crash, context: RepairContext) -> Decision | None:
-        return self.person.console(crash, context) if self.person.present() else None
+        if not self.person.present():
+            return None
+        with by_person.waiting(context):
+            decision = self.person.console(crash, context)
+        if decision is not None:
+            by_person.person_decided(context, decision, "console")
+        return decision
 
 
 def sources(settings: config.Settings, person: Person | None) -> list[Source]:
@@ -134,6 +140,7 @@ def decide(crash: Crash, context: RepairContext, person: Person) -> tuple[Decisi
 
 def decide_here(crash: Crash, context: RepairContext, person: Person | None) -> tuple[Decision, DecidedBy]:
     """The decision taken in this process; without a person when another rank owns the terminal."""
+    by_person.forget(context)  # an earlier offer's, which the runtime refused
     for source in sources(context.settings, person):
         try:
             answer = source.decide(crash, context)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from daifu import config, ranks
 from daifu.say import say
 from daifu.state import RUN
-from daifu.store import repairs
+from daifu.store import credit, repairs
 from daifu.store.lines import LineFile
 
 # The record is begun at the first vaccination; what only a repair's entry needs (decisions, the
@@ -291,9 +291,10 @@ class Entry:
     def resumed(self, started: float) -> None:
         """The run resumes now; `started` was `time.perf_counter()` at the crash.
 
-        The restore time recorded covers everything from the crash to here, the record included:
-        it is measured once the log line is written and the JSON line and the terminal line are
-        composed, so only writing those two lines comes after it.
+        The restore time recorded covers everything from the crash to here, the record included,
+        but the wait for a person (`waited_ms`, recorded and said apart: the person's time, not
+        DaiFu's): it is measured once the log line is written and the JSON line and the terminal
+        line are composed, so only writing those two lines comes after it.
         """
         _write("INFO", f"Repair {self.number} End")
         settings = self.settings
@@ -301,10 +302,11 @@ class Entry:
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
         passed = f"; {self.extra['passed_over']['text']}" if self.extra.get("passed_over") else ""
         told = f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}{passed}; resumed in"
-        milliseconds = (time.perf_counter() - started) * 1000.0
+        waited = float(self.extra.get("waited_ms") or 0.0)
+        milliseconds = (time.perf_counter() - started) * 1000.0 - waited
         item["duration_ms"] = round(milliseconds, 3)
         repairs.append(item, target)
-        say(f"{told} {milliseconds:.1f} ms")
+        say(f"{told} {milliseconds:.1f} ms" + (f", after {waited / 1000:.1f} s waiting for a person" if waited else ""))
 
     def failed(self, decided_by: str) -> None:
         self.decided_by = self.decided_by or decided_by
@@ -313,9 +315,17 @@ class Entry:
         say(f"repair {self.number}: {self._where()}: not repaired ({self._by()}); the exception goes on")
 
     def _by(self) -> str:
-        """Who decided: the source, or the person who decided through it elsewhere (`decided_by_person`)."""
-        person = self.extra.get("decided_by_person")
-        return f"{person}, remotely" if person else self.decided_by
+        """Who decided (the person by name where the page gave one, and where), and who suggested it when
+        that was someone else; a repair `approve="auto"` applied is the bot's."""
+        decider, suggester = credit.credit(self.decided_by, self.extra, self.decision is not None)
+        if decider == credit.AUTOMATIC:
+            return suggester
+        if decider != credit.PERSON:
+            return decider
+        who = self.extra.get("decided_by_person") or "a person"
+        where = {"approval page": "on the approval page"}.get(str(self.extra.get("decided_at")),
+                                                              f"at the {self.extra.get('decided_at')}")
+        return f"{who} {where}" + (f", suggested by {suggester}" if suggester not in (credit.PERSON, "") else "")
 
     def _where(self) -> str:
         crash = self.crash
@@ -330,6 +340,7 @@ class Entry:
         from daifu.report.redact import redact
 
         decision = self.decision
+        decided_by, suggested_by = credit.credit(self.decided_by, self.extra, decision is not None)
         return {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "repair": self.number,
@@ -342,11 +353,12 @@ class Entry:
             "exception_message": redact(self.crash.message),  # the record is shown and shared
             **to_row(decision),
             "duration_ms": None,
-            "decided_by": self.decided_by,
             "plays": self.plays,
             "pid": os.getpid(),
             "rank": ranks.rank(),
             **self.extra,
+            "decided_by": decided_by,
+            "suggested_by": suggested_by,
         }
 
 
