@@ -68,6 +68,7 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         found = fold_repeated(stage, with_experience(stage, rank(candidates(stage, answer.suggestions))))
     _say_diagnosis(crash, answer)
     chosen: Candidate | None = None
+    unattended = settings.approve == "auto" and not watch.distrusted(crash)
     if settings.approve == "auto" and watch.distrusted(crash):
         present = person is not None and person.present()
         say_once(f"automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} stopped earlier in this run "
@@ -84,7 +85,7 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         chosen = remote.decide(stage, context, report, answer, found, lambda: _automatic(stage, context, found))
     with doing("recording the bot's answer"):
         record_answer(context, report, answer, found)
-    if settings.approve == "auto" and (chosen is None or not isinstance(chosen.decision, Raise)):
+    if unattended:
         _say_tried(stage, found, chosen)
     if chosen is None:
         if settings.approve == "never":
