@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import math
 import os
 import shutil
 import sys
@@ -144,8 +145,9 @@ def _message(error: BaseException) -> str:
 
 def edit_in_short(decision: Decision, running: str) -> str:
     """`decision` in a few words for a line of the terminal: its play, and its code in short (of a
-    surgery, the lines it changes in `running`, the source of the version that crashed)."""
-    from daifu.core.decisions import Plays, Surgery
+    surgery, the lines it changes in `running`, the source of the version that crashed; of a patch,
+    the callee it replaces, under its name)."""
+    from daifu.core.decisions import Patch, Plays, Surgery
     from daifu.core.kinds import play_name, step_names
 
     if isinstance(decision, Plays):
@@ -153,22 +155,26 @@ def edit_in_short(decision: Decision, running: str) -> str:
     code = code_in_short(decision, running)
     if isinstance(decision, Surgery) and not code:
         return "Surgery (lines removed)"
+    if isinstance(decision, Patch):
+        return f"Patch of {decision.target}" + (f" `{code}`" if code else "")
     return play_name(decision) + (f" `{code}`" if code else "")
 
 
 def code_in_short(decision: Decision, running: str) -> str:
-    """The code `decision` carries, on one line: a surgery's lines that `running` lacks, an action's or
-    a patch's statements without their `def`, decorators and comments; `""` when it carries none."""
-    from daifu.core.decisions import Surgery
+    """The code `decision` carries, on one line (`daifu.core.gist`): a surgery's lines that `running`
+    lacks, a patch's new body, an action's statements (a `def` by its header); `""` when it carries none."""
+    from daifu.core.decisions import Patch, Surgery
+    from daifu.core.gist import body, statements
     from daifu.core.kinds import code_of
 
     code = code_of(decision) or ""
     if isinstance(decision, Surgery):  # what changed, not the whole function
         old = {line.strip() for line in running.splitlines()}
         lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
+    elif isinstance(decision, Patch):  # the callee's new body
+        lines = body(code)
     else:
-        lines = [line.strip() for line in code.splitlines()
-                 if line.strip() and not line.lstrip().startswith(("@", "def ", "#"))]
+        lines = statements(code)
     return _cut("; ".join(lines))
 
 
@@ -385,9 +391,20 @@ def begin(crash: Crash, settings: Settings | None = None) -> Entry:
     """Start recording the repair of `crash`, handled under `settings`: writes `Repair N Begin`."""
     _file()
     entry = Entry(RUN.next_number(), crash, settings)
+    losses = _losses_at(crash)
+    if losses:
+        entry.extra["losses"] = losses
     _current.number = entry.number
     _line("INFO", f"Repair {entry.number} Begin")
     return entry
+
+
+def _losses_at(crash: Crash) -> dict[str, float | None]:
+    """The loss values the crashed frame held (`daifu.core.health.losses`), for `daifu show --plot` to draw
+    a run that logs no metrics; a value that is not finite is `None` (JSON has no NaN)."""
+    from daifu.core.health import losses
+
+    return {name: value if math.isfinite(value) else None for name, value in losses(crash.locals).items()}
 
 
 def current_number() -> int:
