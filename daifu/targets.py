@@ -185,7 +185,9 @@ def _watch_subclasses(owner: type, name: str, ends_step: Callable[[dict[str, Any
         else:
             super(owner, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]
         for method, returns in names.items():
-            if method in cls.__dict__:
-                _vaccinate(cls.__dict__[method], returns)
+            if method in cls.__dict__ and _vaccinate(cls.__dict__[method], returns):
+                from daifu.say import say
+
+                say(f"vaccinated {cls.__module__}:{cls.__qualname__}.{method}, which overrides {owner.__qualname__}'s")
 
     owner.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
