@@ -128,8 +128,8 @@ def test_the_subclass_hook_keeps_the_owners_own(tmp_path: Path, monkeypatch: pyt
                 return 0
     '''))
     monkeypatch.syspath_prepend(str(tmp_path))
-    import hooked_lib
-
+    name = "hooked_lib"
+    hooked_lib = __import__(name)
     targets.vaccinate_target(targets.parse("hooked_lib:Base.step"))
 
     class Child(hooked_lib.Base, tag="t"):
@@ -137,7 +137,7 @@ def test_the_subclass_hook_keeps_the_owners_own(tmp_path: Path, monkeypatch: pyt
             return 1
 
     assert hooked_lib.Base.made == [("Child", "t")] and vaccinated(Child.step)
-    sys.modules.pop("hooked_lib")
+    sys.modules.pop(name)
 
 
 def test_a_name_that_does_not_resolve_names_what_is_near(library: Any) -> None:

@@ -142,16 +142,19 @@ def _run(args: argparse.Namespace) -> int:
     if args.replay:
         config.configure(mode="replay")
     in_packages = [target for target in named if target.module != targets.SCRIPT]
-    launch.run_as_main(code, script, args.args, before=lambda: _vaccinate_packages(in_packages, args.framework))
+    found = [f"{targets.SCRIPT}:{name}" for name in names if name not in in_script and name != launch.DEFAULT_ENTRY]
+    launch.run_as_main(code, script, args.args,
+                       before=lambda: _vaccinate_packages(in_packages, args.framework, found))
     return 0
 
 
-def _vaccinate_packages(named: Sequence[targets.Target], profiles: Sequence[str]) -> None:
+def _vaccinate_packages(named: Sequence[targets.Target], profiles: Sequence[str], found: Sequence[str]) -> None:
     """Vaccinate the functions of installed packages that were named, or that the profiles name, with
     the script's folder first on `sys.path` as the script will see it; a name that does not resolve
-    ends the command as a usage error, before the script runs."""
+    ends the command as a usage error, before the script runs. `found`: the script's functions the
+    profiles found, said with them."""
     try:
-        done = [name for profile in profiles for name in frameworks.apply(profile)]
+        done = [*found, *(name for profile in profiles for name in frameworks.apply(profile))]
         done += [name for target in named for name in targets.vaccinate_target(target)]
     except targets.TargetError as error:
         print(f"daifu run: {error}", file=sys.stderr)

@@ -41,5 +41,9 @@ def training_function() -> dict:
     }
 
 
-if __name__ == "__main__":
+def main() -> None:
     write(training_function())
+
+
+if __name__ == "__main__":
+    main()
