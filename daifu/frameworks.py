@@ -8,8 +8,8 @@ training function: `accelerator.backward(loss)`).
 
 A step that passes over its batch (`SkipIteration` at a statement in no loop of the step) returns
 what the framework takes for "nothing learned from this batch": `None` from a Lightning
-`training_step` (Lightning then skips the batch: no backward, no optimizer step for it, its counters
-and callbacks as for a skipped batch); from `compute_loss` a zero loss that still depends on the
+`training_step` (Lightning then runs no backward, and the batch's optimizer step finds no gradient;
+its counters, scheduler and callbacks count the batch as any other); from `compute_loss` a zero loss that still depends on the
 model's trainable parameters (the Trainer's backward, gradient accumulation, optimizer and scheduler
 steps and callbacks go on as for any batch, and the batch adds nothing to the gradients).
 
@@ -31,7 +31,7 @@ EndsStep = Callable[[dict[str, Any]], Any]
 
 
 def _no_batch(_locals: dict[str, Any]) -> None:
-    """Lightning skips a batch whose `training_step` returns `None`."""
+    """Lightning runs no backward for a batch whose `training_step` returns `None`."""
     return None
 
 

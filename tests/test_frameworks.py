@@ -156,3 +156,44 @@ def test_automatic_mode_repairs_to_the_fixed_state_or_lets_the_crash_go_on(
         assert done.returncode != 0 and f"{case.error}:" in done.stderr
     else:
         assert result == fixed_run(name, tmp_path_factory)
+
+
+SKIPPED = {
+    "hf": ("F.cross_entropy(shift_logits.reshape(-1, VOCAB)",
+           "F.cross_entropy((shift_logits if self.state.global_step != 1 else logits).reshape(-1, VOCAB)"),
+    "lightning": ("logits = self.net(x)", "logits = self.net(x if batch_idx != 2 else x[:, :4])"),
+}
+SKIP_POLICY = '''
+import daifu as _daifu
+
+_daifu.set_policy(lambda crash: _daifu.SkipIteration())
+
+'''
+
+
+@pytest.mark.parametrize("name", sorted(SKIPPED))
+def test_a_skipped_step_passes_over_its_batch_in_the_framework(name: str, tmp_path: Path,
+                                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`SkipIteration` in a step: the framework passes over the batch and goes on, its counters
+    consistent. The Trainer's step 2 (two micro-batches) learns nothing and logs a loss of 0; Lightning
+    runs no backward for batch 2, and its optimizer step finds no gradient: six steps, six batches,
+    five losses."""
+    case = needs(name)
+    script = program(tmp_path, case)
+    fixed, crashing = SKIPPED[name]
+    main = 'if __name__ == "__main__":'
+    script.write_text(script.read_text().replace(fixed, crashing).replace(main, SKIP_POLICY + main))
+    result, done = run(script, "--framework", name)
+    assert result is not None, done.stderr[-3000:]
+    reference = fixed_run(name, tmp_path_factory)
+    decisions = [entry["decision"] for entry in repairs(script) if entry.get("decision")]
+    if name == "hf":
+        assert decisions == ["SkipIteration", "SkipIteration"]  # both micro-batches of step 2
+        assert result["global_step"] == result["callback_steps"] == 4
+        assert result["losses"][0] == reference["losses"][0] and result["losses"][1] == 0.0
+        assert result["scheduler"] == reference["scheduler"]
+    else:
+        assert decisions == ["SkipIteration"]
+        assert result["global_step"] == result["callback_batches"] == 6
+        assert result["losses"][:2] == reference["losses"][:2] and len(result["losses"]) == 5
+        assert result["scheduler"] == reference["scheduler"]
