@@ -15,9 +15,7 @@ overrides in the class's subclasses, those already defined and those defined lat
 
 from __future__ import annotations
 
-import difflib
 import importlib
-import inspect
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -110,6 +108,9 @@ def resolve(target: Target) -> tuple[Any, str, Any]:
 
 
 def _member(owner: Any, name: str, target: Target) -> Any:
+    import difflib
+    import inspect
+
     try:
         return inspect.getattr_static(owner, name)
     except AttributeError:
@@ -121,6 +122,8 @@ def _member(owner: Any, name: str, target: Target) -> Any:
 
 
 def _is_function(value: Any) -> bool:
+    import inspect
+
     if isinstance(value, (staticmethod, classmethod)):
         value = value.__func__
     elif isinstance(value, property):
@@ -147,6 +150,8 @@ def _vaccinate(found: Any, ends_step: Callable[[dict[str, Any]], Any] | None) ->
 
 
 def _function(found: Any) -> Any:
+    import inspect
+
     if isinstance(found, (staticmethod, classmethod)):
         found = found.__func__
     elif isinstance(found, property):

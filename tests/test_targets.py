@@ -248,3 +248,18 @@ def test_daifu_run_vaccinates_a_package_and_the_script(library: Any, tmp_path: P
     wrong = subprocess.run([sys.executable, "-m", "daifu", "run", "--vaccinate", f"{library.__name__}:Nope.f",
                             str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert wrong.returncode == 2 and "has no 'Nope'" in wrong.stderr and wrong.stdout == ""
+
+
+def test_a_skipped_step_is_counted_as_work_passed_over(library: Any, decide: Any) -> None:
+    """Automatic repairs are held to what they pass over: a step ended counts as a batch passed over."""
+    from daifu.core.account import account_of
+
+    class Step(library.Module):
+        def training_step(self, batch: int, index: int) -> int:
+            return 10 // (batch - 3)
+
+    targets.vaccinate_target(targets.Target(library.__name__, "Module.training_step"), lambda _locals: None)
+    crashes = decide(daifu.SkipIteration())
+    library.Loop(Step()).fit([3])
+    account = account_of(crashes[0].site, "")
+    assert (account.firings, account.steps, account.unknown) == (1, 1, 1)  # its batch's size is not known

@@ -609,7 +609,10 @@ class Vaccine:
             firings.append(Firing("rows", dropped, 1, 0, 0, plan_of(iterator), iterator))
         if mode is Mode.NEXT_ITERATION:
             found = iteration_firing("skip-iteration", fdef, path, namespace)
-            firings += [found] if found is not None else []
+            if found is None:  # in no loop: a step ended (`ends_step`), its batch passed over, its size unknown
+                statements, steps = work_of([here.node])
+                found = Firing("skip-step", None, 1, statements, steps)
+            firings.append(found)
         elif mode is Mode.AFTER:
             statements, steps = work_of([here.node])
             firings.append(Firing("skip", 0, 1, statements, steps, plan_of(iterator), iterator))
