@@ -20,8 +20,9 @@ from typing import Any
 from collections.abc import Callable, Sequence
 
 import daifu
-from daifu import config
+from daifu import config, frameworks, targets
 from daifu.cli import launch
+from daifu.say import say
 from daifu.store import credit, repairs
 from daifu.store.lines import read_objects
 from daifu.report.redact import redact
@@ -57,11 +58,27 @@ def _parser() -> argparse.ArgumentParser:
     ):
         command = commands.add_parser(name, help=text, description=text)
         command.add_argument(
-            "--entry",
+            "--vaccinate",
             action="append",
             default=[],
-            metavar="NAME",
-            help="a function to vaccinate, top-level or Class.method; repeatable (default: main)",
+            metavar="MODULE:QUALNAME",
+            help="a function or method to vaccinate before the script runs: of an installed package "
+            "(transformers.trainer:Trainer.training_step; a method covers its overrides in subclasses) or of "
+            "the script (__main__:MLP.training_step, or just MLP.training_step); repeatable, added to "
+            "$DAIFU_VACCINATE (default: the script's main)",
+        )
+        command.add_argument(
+            "--entry", action="append", dest="vaccinate", metavar="NAME",
+            help="the same as --vaccinate __main__:NAME (kept for earlier command lines)",
+        )
+        command.add_argument(
+            "--framework",
+            action="append",
+            default=[],
+            choices=sorted(frameworks.PROFILES),
+            help="vaccinate the functions a framework's training loop runs: hf (Trainer.training_step, "
+            "compute_loss), lightning (every LightningModule's training_step), accelerate (the script's "
+            "functions that call .backward); repeatable",
         )
         command.add_argument("script", type=Path, help="the Python script to run")
         command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -124,20 +141,28 @@ def _run(args: argparse.Namespace) -> int:
     if not script.is_file():
         return _usage_error(f"daifu {command}: no such script: {args.script}")
     try:
-        code, names = launch.vaccinated_code(script, args.entry)
+        named = [targets.parse(text) for text in (*config.settings().vaccinate, *args.vaccinate)]
+    except (targets.TargetError, config.ConfigError) as error:
+        return _usage_error(f"daifu {command}: {error}")
+    in_script = [target.qualname for target in named if target.module == targets.SCRIPT]
+    try:
+        code, names = launch.vaccinated_code(script, in_script, args.framework)
     except launch.LaunchError as error:
         return _usage_error(f"daifu {command}: {error}")
-    if not names:
+    if not names and not args.framework and len(in_script) == len(named):
         print(
             f"daifu {command}: {script.name} defines no main(); only what it decorates itself is vaccinated "
-            "(--entry NAME names a function)",
+            "(--vaccinate NAME names a function)",
             file=sys.stderr,
         )
     if args.replay:
         config.configure(mode="replay")
+    in_packages = [target for target in named if target.module != targets.SCRIPT]
+    found = [f"{targets.SCRIPT}:{name}" for name in names if name not in in_script and name != launch.DEFAULT_ENTRY]
     RUN.launcher = f"daifu {command}"
     try:
-        launch.run_as_main(code, script, args.args)
+        launch.run_as_main(code, script, args.args,
+                           before=lambda: _vaccinate_packages(in_packages, args.framework, found))
     except SystemExit:
         raise
     except BaseException as error:  # what `python script.py` would print: none of this launcher's frames
@@ -145,6 +170,21 @@ def _run(args: argparse.Namespace) -> int:
         sys.excepthook(type(error), error.with_traceback(shown), shown)  # Python prints the exception's own
         return 130 if isinstance(error, KeyboardInterrupt) else 1
     return 0
+
+
+def _vaccinate_packages(named: Sequence[targets.Target], profiles: Sequence[str], found: Sequence[str]) -> None:
+    """Vaccinate the functions of installed packages that were named, or that the profiles name, with
+    the script's folder first on `sys.path` as the script will see it; a name that does not resolve
+    ends the command as a usage error, before the script runs. `found`: the script's functions the
+    profiles found, said with them."""
+    try:
+        done = [*found, *(name for profile in profiles for name in frameworks.apply(profile))]
+        done += [name for target in named for name in targets.vaccinate_target(target)]
+    except targets.TargetError as error:
+        print(f"daifu run: {error}", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR) from None
+    if done:
+        say(f"vaccinated {', '.join(done)}")
 
 
 def _show(args: argparse.Namespace) -> int:
