@@ -9,6 +9,7 @@ holds only versions.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import os
@@ -137,7 +138,7 @@ def _shown(function: FunctionInfo) -> FunctionInfo:
 
 def environment() -> Environment:
     """Python, PyTorch and CUDA versions, and each GPU's free memory, if PyTorch is loaded."""
-    env = Environment(python=platform.python_version(), platform=platform.platform())
+    env = Environment(python=platform.python_version(), platform=platform_name())
     torch = sys.modules.get("torch")
     if torch is None:
         return env
@@ -149,6 +150,13 @@ def environment() -> Environment:
     except Exception:  # a broken driver must not cost the report
         pass
     return env
+
+
+@functools.cache
+def platform_name() -> str:
+    """`platform.platform()`, read once per process: it reads the C library's version out of the
+    interpreter's own binary, 10 ms or more of a crash's time to resume, and it does not change."""
+    return platform.platform()
 
 
 def _device(torch: Any, index: int) -> Device:
@@ -270,8 +278,15 @@ def is_library(filename: str) -> bool:
     if filename.startswith("<"):
         return not filename.startswith(("<stdin", "<string", "<daifu", "<ipython"))
     path = os.path.abspath(filename)
+    return "site-packages" in path or "dist-packages" in path or path.startswith(_library_roots())
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """The folders of Python's own library and of installed packages, each ending in a separator: read
+    once per process (`sysconfig` expands its path templates afresh at each call)."""
     roots = {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return "site-packages" in path or "dist-packages" in path or any(path.startswith(r + os.sep) for r in roots if r)
+    return tuple(root + os.sep for root in sorted(r for r in roots if r))
 
 
 def _line(filename: str, lineno: int, frame: FrameType) -> str:
