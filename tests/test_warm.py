@@ -36,7 +36,7 @@ def train(steps):
 started = any(t.name == "daifu-warm" for t in threading.enumerate())
 failure = warm.finish()
 print(train(4).tolist())
-print("warming:", started, repr(failure), [name for name in LAYER if name in sys.modules])
+print("warming:", started, repr(failure), [name for name in LAYER + ("httpx",) if name in sys.modules])
 """
 
 
@@ -61,7 +61,7 @@ def test_automatic_mode_loads_the_decision_layer_and_the_program_sees_nothing_of
     plain = run(tmp_path, TRAIN, "interactive")
     assert automatic.returncode == 0 and plain.returncode == 0, automatic.stderr + plain.stderr
     result, automatic_line = automatic.stdout.splitlines()
-    assert automatic_line == f"warming: True None {list(LAYER)!r}"
+    assert automatic_line == f"warming: True None {list(LAYER)!r}"  # not httpx: no bot service is configured
     assert plain.stdout.splitlines() == [result, "warming: False None []"]  # outside automatic mode: nothing
     assert automatic.stderr == "" and plain.stderr == ""
 

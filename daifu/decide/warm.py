@@ -51,6 +51,8 @@ def modules(settings: config.Settings) -> list[str]:
         return []
     names = ["daifu.decide.broadcast", "daifu.store.workspace", "daifu.decide.automatic", "daifu.report.build"]
     names.append("repairbot.backends.rules" if settings.bot_url is None else "httpx")
+    if settings.approve == "remote":
+        names.append("daifu.decide.remote")
     if settings.max_trials > 0:
         names += ["daifu.core.trial", "daifu.core.repair_path", "daifu.core.sandbox"]
     return names

@@ -17,7 +17,7 @@ import platform
 import sys
 import sysconfig
 import traceback
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, Literal
 from collections.abc import Iterator
 
@@ -105,11 +105,21 @@ def _secrets_of(crash: Crash) -> set[str]:
     user = [f for f in frames if not library[f.f_code.co_filename]]
     sources = [crash.source]
     for code in dict.fromkeys(f.f_code for f in user):  # each function once, however deep the recursion
-        try:
-            sources.append("".join(inspect.getsourcelines(code)[0])[:_MAX_CALLEE_SOURCE])
-        except (OSError, TypeError):
-            pass
+        found = _source_of(code)
+        if found is not None:
+            sources.append(found)
     return secret_values([crash.locals, *(f.f_locals for f in user)], sources) | secret_environment()
+
+
+@functools.lru_cache(maxsize=64)
+def _source_of(code: CodeType) -> str | None:
+    """The source of the function running `code`, bounded; `None` when it cannot be read. Kept per code
+    object (a surgery makes a new one): `inspect` tokenizes the file to find where the function ends,
+    the larger part of a repeated crash's report."""
+    try:
+        return "".join(inspect.getsourcelines(code)[0])[:_MAX_CALLEE_SOURCE]
+    except (OSError, TypeError):
+        return None
 
 
 def _scrubbed(report: CrashReport, secrets: set[str]) -> CrashReport:

@@ -340,11 +340,14 @@ def _secret_strings(name: Any, value: Any, depth: int) -> set[str]:
     return set()
 
 
-def _literal_secrets(source: str) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def _literal_secrets(source: str) -> frozenset[str]:
+    """The string literals `source` assigns to secret-looking names or keys; kept per source, which a
+    repeated crash parses again otherwise."""
     try:
         tree = ast.parse(textwrap.dedent(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return set()
+        return frozenset()
     found = set()
     for node in ast.walk(tree):
         pairs: list[tuple[Any, Any]] = []
@@ -358,7 +361,7 @@ def _literal_secrets(source: str) -> set[str]:
             if isinstance(key, str) and is_secret_key(key) and isinstance(value, ast.Constant):
                 if isinstance(value.value, str):
                     found.add(value.value)
-    return found
+    return frozenset(found)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
