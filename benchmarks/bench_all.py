@@ -87,7 +87,7 @@ def value(figures: dict[str, Any], bench: str, key: str) -> float | None:
 
 def table(now: dict[str, Any], stored: dict[str, Any] | None) -> str:
     before = stored.get("figures", {}) if stored else {}
-    when = f"{stored['commit'][:9]}, {stored['date']}" if stored else "none stored"
+    when = f"{stored['commit'][:9]}, {stored['date']}, load {stored.get('load', '?')}" if stored else "none stored"
     lines = [f"{'figure':52s}{'now':>10s}{'stored':>10s}{'target':>10s}   (stored: {when})"]
     for bench, key, label, target in FIGURES:
         cells = [value(now, bench, key), value(before, bench, key), target]
@@ -107,10 +107,12 @@ def main() -> None:
     parser.add_argument("--save", action="store_true", help=f"store this run's figures in {STORED.name}")
     args = parser.parse_args()
     stored = json.loads(STORED.read_text()) if STORED.exists() else None
+    load = round(os.getloadavg()[0], 1)
     now = run_all(args.quick)
     print(table(now, stored))
+    print(f"now: load {load} at the start ({os.cpu_count()} CPUs)")
     if args.save:
-        STORED.write_text(json.dumps({"commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M"),
+        STORED.write_text(json.dumps({"commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M"), "load": load,
                                       "figures": now}, indent=1) + "\n")
         print(f"stored in {STORED}")
 
