@@ -36,7 +36,7 @@ FINISH_S = 30.0
 
 _READY = {
     "daifu.core.sandbox": "unavailable",  # loads libseccomp, which the trial's fork needs
-    "daifu.report.build": "platform_name",  # reads the C library's version out of the interpreter's binary
+    "daifu.report.build": "prime",  # the platform (read out of the interpreter's binary), the library folders
 }
 """What is called once a module is loaded, for what the first crash would do first otherwise."""
 

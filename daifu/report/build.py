@@ -162,6 +162,13 @@ def environment() -> Environment:
     return env
 
 
+def prime() -> None:
+    """Read now what every report reads once per process (the platform, the library folders), so that
+    the first crash does not: automatic mode's loading ahead of it calls this (`daifu.decide.warm`)."""
+    platform_name()
+    _library_roots()
+
+
 @functools.cache
 def platform_name() -> str:
     """`platform.platform()`, read once per process: it reads the C library's version out of the
