@@ -116,11 +116,11 @@ def main() -> None:
     if args.json is not None:
         args.json.write_text(json.dumps(figures))
     print(f"automatic mode, crash to resume (small MLP, rules engine, one trial), median of {args.runs} pairs:")
-    print(f"  {'':34s}{'wall ms':>10s}{'CPU ms':>10s}")
+    print(f"  {'':41s}{'wall ms':>10s}{'CPU ms':>10s}")
     for variant, label in (("warm", "decision layer loaded ahead"), ("cold", "loaded at the first crash")):
         f = figures[variant]
-        print(f"  first crash, {label:21s}{f['first_wall_ms']:10.1f}{f['first_cpu_ms']:10.1f}")
-        print(f"  repeat,      {label:21s}{f['repeat_wall_ms']:10.1f}{f['repeat_cpu_ms']:10.1f}")
+        print(f"  first crash, {label:28s}{f['first_wall_ms']:10.1f}{f['first_cpu_ms']:10.1f}")
+        print(f"  repeat,      {label:28s}{f['repeat_wall_ms']:10.1f}{f['repeat_cpu_ms']:10.1f}")
 
 
 if __name__ == "__main__":
