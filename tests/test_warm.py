@@ -132,3 +132,31 @@ def test_nothing_is_imported_while_a_module_body_runs(tmp_path: Path) -> None:
     done = run(tmp_path, code, "automatic")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"[] {list(LAYER)!r}"]
+
+
+def test_a_fork_while_the_layer_loads_leaves_no_import_half_done_in_the_child(tmp_path: Path) -> None:
+    """A `DataLoader`'s workers fork when they like: a child forked in the middle of the thread's import of a
+    module, importing it in turn, would wait for ever on a lock no thread of its own holds."""
+    code = """
+        import os
+        import sys
+
+        import torch
+        import daifu
+
+
+        @daifu.transform
+        def step(x):
+            return x + 1
+
+
+        for _ in range(20):
+            pid = os.fork()
+            if pid == 0:
+                import daifu.decide.automatic  # what the thread may have been importing at the fork
+                os._exit(0)
+            assert os.waitpid(pid, 0)[1] == 0
+        print("forked", "daifu.decide.automatic" in sys.modules)
+        """
+    done = run(tmp_path, code, "automatic")
+    assert done.returncode == 0 and done.stdout.splitlines() == ["forked True"], done.stderr

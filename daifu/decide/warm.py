@@ -16,12 +16,15 @@ What keeps that harmless:
   what it needs as it always did, and says what failed in its own words; the record keeps the
   warming's failure at DEBUG level (`finish`);
 - the first crash waits for it to end (`finish`) before it decides: no import is then in flight
-  when a trial forks the process.
+  when a trial forks the process; any other fork (a `DataLoader`'s workers) waits for the module being
+  imported, if any, and the thread waits for the fork (`_importing`): a child never inherits an import
+  half done, whose lock no thread of its own would release.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import threading
 
@@ -39,6 +42,10 @@ _READY = {
     "daifu.report.build": "prime",  # the platform (read out of the interpreter's binary), the library folders
 }
 """What is called once a module is loaded, for what the first crash would do first otherwise."""
+
+_importing = threading.RLock()
+"""Held by the thread while it imports one module, and by a thread that forks the process while it forks
+(re-entrant: a fork from the thread itself, inside an import, goes on)."""
 
 _state: dict[str, threading.Thread | BaseException | None] = {"thread": None, "failure": None}
 _stop = threading.Event()
@@ -69,6 +76,9 @@ def start() -> None:
             return
         thread = threading.Thread(target=_load, args=(names,), name="daifu-warm", daemon=True)
         _state["thread"] = thread
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=_importing.acquire, after_in_parent=_importing.release,
+                                after_in_child=_importing.release)
     thread.start()
 
 
@@ -93,9 +103,10 @@ def _load(names: list[str]) -> None:
         if not _imports_quiet():
             return
         for name in names:
-            module = importlib.import_module(name)
-            if name in _READY:
-                getattr(module, _READY[name])()
+            with _importing:
+                module = importlib.import_module(name)
+                if name in _READY:
+                    getattr(module, _READY[name])()
     except BaseException as error:  # never the program's: the first crash imports again, and says it
         _state["failure"] = error
 
