@@ -241,6 +241,16 @@ def configure(**changes: Any) -> Settings:
     return settings()
 
 
+def variable(name: str) -> str:
+    """The environment variable of setting `name` (`approve` -> `DAIFU_APPROVE`)."""
+    return _ENV[name]
+
+
+def given(name: str) -> bool:
+    """Whether setting `name` was given (in code or in the environment), rather than left to its default."""
+    return name in _given or bool(os.environ.get(_ENV[name]))
+
+
 def settings() -> Settings:
     """The effective settings now: `configure()` values, then environment, then defaults.
 

@@ -66,7 +66,7 @@ def same(a: Any, b: Any) -> bool:
 
 def repaired(repairs: list[dict[str, Any]], error: str, fn: Callable[..., Any]) -> list[str]:
     """The lines the one repair of `repairs` changed, after checking it was the bot's surgery for `error`."""
-    assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [(error, "Surgery", "bot")]
+    assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [(error, "Surgery", "automatic")]
     old = {line.strip() for line in inspect.getsource(fn).splitlines()}
     return [line.strip() for line in repairs[0]["code"].splitlines() if line.strip() not in old]
 

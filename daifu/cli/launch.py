@@ -64,6 +64,16 @@ def run_as_main(code: types.CodeType, script: Path, argv: Sequence[str]) -> None
         sys.modules["__main__"], sys.argv, sys.path[0] = saved
 
 
+def script_traceback(traceback: types.TracebackType | None,
+                     code: types.CodeType) -> types.TracebackType | None:
+    """`traceback` from the script's own module frame (running `code`) on, as `python script.py` would
+    show it; whole when it never reached the script (the launcher failed: those frames are the story)."""
+    found = traceback
+    while found is not None and found.tb_frame.f_code is not code:
+        found = found.tb_next
+    return found or traceback
+
+
 def _find(tree: ast.Module, name: str) -> ast.FunctionDef | None:
     """The top-level function `name`, or the method `Class.method`."""
     scope: list[ast.stmt] = tree.body
