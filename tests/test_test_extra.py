@@ -23,6 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RUN_BY_TESTS = ("tests", "examples", "DLFailureBenchmark")
 """The folders whose code the suite imports or launches (`benchmarks/` is not run by it)."""
+WRITTEN_BY_TESTS = {"trainer"}
+"""Modules a test writes into its temporary folder and imports from there (tests/test_warm.py)."""
 INSTALLED_BESIDE = {"torch"}
 """Installed by the README's command next to the extra, never by an extra (tests/test_readme.py)."""
 OPTIONAL = {"frameworks": "tests/programs/frameworks/"}
@@ -70,7 +72,7 @@ def third_party_imports() -> dict[str, set[str]]:
             tree = ast.parse(path.read_text(), str(path))
             for module_tree in (tree, *_code_in_strings(tree)):
                 for name in _imported(module_tree):
-                    if name not in sys.stdlib_module_names and name not in local:
+                    if name not in sys.stdlib_module_names and name not in local | WRITTEN_BY_TESTS:
                         found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
     return found
 
