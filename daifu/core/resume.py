@@ -417,6 +417,8 @@ class Vaccine:
 
         handling = self.handling
         settings = handling.settings()
+        if self._poisoned(crash, settings):
+            return None
         limit = settings.max_attempts
         if crash.attempt > limit:
             handling.note(f"{self.qualname}: {crash.attempt - 1} repairs at line {crash.lineno} made no progress; raising")
@@ -460,6 +462,21 @@ class Vaccine:
             return handover
         entry.failed("refusals")
         return None
+
+    def _poisoned(self, crash: Crash, settings: Any) -> bool:
+        """Whether the crash is a CUDA error that leaves this process's CUDA context unusable
+        (`daifu.core.cuda.poisoned`): then no repair is asked for, tried or carried out here — every
+        later CUDA call would fail with it again — and the record and the terminal say so."""
+        from daifu.core import cuda
+
+        why = cuda.poisoned(crash.exception)
+        if why is None:
+            return False
+        entry = self.handling.begin(crash, settings)
+        self.handling.note(f"{self.qualname}: {why}: the CUDA context of this process is unusable after it; "
+                           "no repair is attempted in this process")
+        entry.failed("a CUDA error that leaves the CUDA context unusable: no repair is attempted in this process")
+        return True
 
     # -- carrying out a decision ------------------------------------------------------------
 
@@ -819,6 +836,7 @@ class Vaccine:
             resumed = live.copy()
             sizes = repair_path.sizes(resumed.namespace)
             handover = self._prepare(decision, crash, resumed, Flavour.TRIAL)
+            trial.hold_iterators(handover.namespace)  # in process: the live run's iterators are not advanced
             self._trying = _Trying(decision, crash, live.site, self._resumed_site(decision, live.site))
             rows, what = repair_path.dropped(sizes, repair_path.sizes(handover.namespace))
             if repair_path.changes_code(decision):
@@ -838,7 +856,68 @@ class Vaccine:
             return result
 
         before = {**{name: globals_[name] for name in used if name in globals_}, **_user_view(live.namespace)}
-        return trial.run(decision, run, before, view, seconds, horizon)
+        return trial.run(decision, run, before, view, seconds, horizon,
+                         snapshot=lambda: self._snapshot(decision, live, before))
+
+    def _snapshot(self, decision: Decision, live: _Live, watched: dict[str, Any]) -> Any:
+        """What an in-process trial of `decision` must put back (`daifu.core.rollback`): the state reachable
+        from `watched`, the crashed frame's locals, the module's globals, and the runtime's own."""
+        from daifu.core import rollback
+
+        return rollback.take(watched, _user_view(live.namespace), self.function.__globals__,
+                             self.handling.settings().trial_memory, [self._runtime_undo(decision, live)])
+
+    def _runtime_undo(self, decision: Decision, live: _Live) -> Callable[[], None]:
+        """What puts back the runtime's own state as carrying `decision` out on `live` changes it: the
+        versions and the function's code (a surgery), a patched function's code, the closure's cells,
+        the progress noted for a repeat of the crash, the accounts of what repairs passed over, and the
+        optimizer steps counted."""
+        from daifu.core.decisions import Patch
+        from daifu.state import RUN
+
+        function, versions, units, code = self.function, list(self.versions), dict(self.units), self.function.__code__
+        stub, trying, watching = self._stub, self._trying, self.helpers.watching
+        seed_names = self.seed.names if self.seed is not None else None
+        cells = {name: (cell, _contents(cell)) for name, cell in live.cells.items()}
+        call = live.namespace.get("@call")
+        progress = dict(call.progress) if call is not None else {}
+        accounts = dict(RUN.accounts)
+        figures = {site: {**vars(account), "repairs": list(account.repairs)} for site, account in accounts.items()}
+        taken = steps.taken()
+        patched = self._patch_target(decision) if isinstance(decision, Patch) else None
+        patched_code = patched.__code__ if patched is not None else code
+
+        def undo() -> None:
+            self.versions[:] = versions
+            self.units.clear()
+            self.units.update(units)
+            function.__code__, self._stub, self._trying, self.helpers.watching = code, stub, trying, watching
+            if self.seed is not None and seed_names is not None:
+                self.seed.names = seed_names
+            for cell, contents in cells.values():
+                cell.cell_contents = contents
+            if call is not None:
+                call.progress.clear()
+                call.progress.update(progress)
+            RUN.accounts.clear()
+            RUN.accounts.update(accounts)
+            for site, account in accounts.items():
+                vars(account).update(figures[site])
+            if taken is not None:
+                steps.count(taken)
+            if patched is not None:
+                patched.__code__ = patched_code
+        return undo
+
+    @staticmethod
+    def _patch_target(decision: Any) -> FunctionType | None:
+        """The function a patch decision would change, or `None` when it cannot be found."""
+        from daifu.core.patch import PatchRefused, resolve
+
+        try:
+            return resolve(decision.target)
+        except (PatchRefused, Exception):  # noqa: BLE001 - then the patch is refused, changing nothing
+            return None
 
     def _resumed_site(self, decision: Decision, site: Site) -> Site:
         """Where the run resumes in the version that runs after `decision` (just carried out): a surgery's
