@@ -8,6 +8,7 @@ GPU, and applies it; the parameters are then those of a run on a device that hel
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import pytest
@@ -116,3 +117,32 @@ def test_no_micro_batches_for_a_batch_the_step_slices_itself() -> None:
     with pytest.raises(torch.OutOfMemoryError):
         daifu.transform(fresh(train_sliced))(SmallDevice(model, 20), optimizer, x, y, [8, 40])
     assert found == []  # a micro-batch of `x_all` sliced `[:size]` again would be other rows
+
+
+class Exhausted(nn.Module):
+    """Runs out of memory after making its hidden activations, once; notes a weak reference to them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.made = nn.Linear(6, 64), []
+
+    def forward(self, x):
+        hidden = self.inner(x)
+        if not self.made:
+            self.made.append(weakref.ref(hidden))
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+        return hidden
+
+
+def train_noting(model, batches, alive):
+    for x in batches:
+        alive.append([ref() is not None for ref in model.made])
+        model(x).sum().backward()
+
+
+def test_the_activations_of_the_iteration_that_ran_out_of_memory_are_let_go_before_the_run_resumes() -> None:
+    daifu.set_policy(lambda crash: daifu.SkipIteration())
+    model = Exhausted()
+    alive: list[list[bool]] = []
+    daifu.transform(fresh(train_noting))(model, [torch.randn(4, 6) for _ in range(3)], alive)
+    assert alive == [[], [False], [False]]  # the crashed forward's `hidden`, held by its traceback, is gone

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
+import traceback
 from typing import Any
 
 _POISONING = re.compile(
@@ -79,6 +80,14 @@ def free_bytes(device: Any) -> int:
         return 0
     free, _total = _torch().cuda.mem_get_info(device)
     return int(free)
+
+
+def release(error: BaseException) -> None:
+    """Let go of what an out-of-memory `error` left held before the run resumes: the locals of the
+    finished frames its traceback holds (a model's activations in its `forward`), then the memory the
+    caching allocator holds unused. The traceback keeps its lines; only those locals go."""
+    traceback.clear_frames(error.__traceback__)
+    empty_cache()
 
 
 def out_of_memory(error: BaseException) -> bool:

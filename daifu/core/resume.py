@@ -454,6 +454,7 @@ class Vaccine:
                     gc.enable()
                 raise
             handover.collecting = collecting
+            handover.release = _releasing(crash.exception)
             entry.decided(decision, decided_by)
             if all(done[0] != repr(decision) for done in tried):
                 tried.append((repr(decision), f"applied ({decided_by})"))  # a repeat of this crash will say so
@@ -912,11 +913,11 @@ class Vaccine:
     @staticmethod
     def _patch_target(decision: Any) -> FunctionType | None:
         """The function a patch decision would change, or `None` when it cannot be found."""
-        from daifu.core.patch import PatchRefused, resolve
+        from daifu.core.patch import resolve
 
         try:
             return resolve(decision.target)
-        except (PatchRefused, Exception):  # noqa: BLE001 - then the patch is refused, changing nothing
+        except Exception:  # noqa: BLE001 - then the patch is refused, changing nothing
             return None
 
     def _resumed_site(self, decision: Decision, site: Site) -> Site:
@@ -1055,6 +1056,16 @@ class Vaccine:
         progress.pop(site.path, None)
         fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else {}
         progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
+
+
+def _releasing(error: BaseException) -> Callable[[], None] | None:
+    """For a crash that ran out of memory, what lets go of the memory it left held once the run
+    resumes (`daifu.core.cuda.release`); `None` for any other."""
+    from daifu.core import cuda
+
+    if not cuda.out_of_memory(error):
+        return None
+    return partial(cuda.release, error)
 
 
 def _def_lines(fdef: ast.FunctionDef) -> tuple[int, ...]:
