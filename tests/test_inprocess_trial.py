@@ -25,6 +25,10 @@ pytestmark = pytest.mark.torch
 nn = torch.nn
 
 
+SEEN: list[int] = []
+"""A module-level list the training appends to: put back too."""
+
+
 def forward(model: Any, x: Any) -> Any:
     """What the crashed statement calls: the target of the patch decision."""
     return model(x)
@@ -45,6 +49,7 @@ def train(model: Any, optimizer: Any, data: Any, losses: list[float], checkpoint
         loss.backward()
         optimizer.step()
         losses.append(float(loss))
+        SEEN.append(len(losses))
         if checkpoint is not None and len(losses) == 4:
             torch.save(model.state_dict(), checkpoint)
     return model
@@ -60,6 +65,7 @@ def state_of(model: Any, optimizer: Any, losses: list[float]) -> dict[str, Any]:
         "random": random.getstate(),
         "numpy": numpy.random.get_state()[1].copy(),
         "losses": list(losses),
+        "seen": list(SEEN),
         "forward": forward.__code__,
     }
 
@@ -79,6 +85,7 @@ def assert_same(before: dict[str, Any], after: dict[str, Any]) -> None:
     assert before["random"] == after["random"]
     assert (before["numpy"] == after["numpy"]).all()
     assert before["losses"] == after["losses"]
+    assert before["seen"] == after["seen"]
     assert before["forward"] is after["forward"]
 
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import operator
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -68,14 +70,11 @@ class Withheld:
         trial.withheld(self.iterator, _caller())
 
     def __length_hint__(self) -> int:
-        import operator
-
         return operator.length_hint(self.iterator)
 
 
 def _caller() -> FrameType | None:
-    import sys
-
+    """The frame that asked a `Withheld` for its next item (the trial continuation's loop)."""
     return sys._getframe(2)
 
 
@@ -111,8 +110,12 @@ def run(body: Callable[[], Any], watched: Mapping[str, Any], view: trial.View, l
     if not isinstance(snapshot, Snapshot):
         return Verdict(Outcome.UNAVAILABLE, detail=str(snapshot), kind=IN_PROCESS)
     output = io.StringIO()
-    verdict, timed = _tried(body, watched, view, looking, output)
-    rollback_s = snapshot.restore()
+    try:
+        verdict, timed = _tried(body, watched, view, looking, output)
+    finally:  # a KeyboardInterrupt goes on, but only once everything is back
+        started = time.perf_counter()
+        snapshot.restore()
+    rollback_s = time.perf_counter() - started
     isolated = f"in process ({why}): audit hooks stop the effects Python code asks for; no seccomp filter"
     lost = ("the CUDA context: the candidate raised a CUDA error that leaves it unusable",) \
         if cuda.poisoned_text(verdict.detail) else ()

@@ -12,7 +12,8 @@ the program holds (an optimizer's parameters, a scheduler's optimizer) still poi
   attributes one level (tensors among them copied);
 - the random generators: Python's, NumPy's, torch's CPU generator and every CUDA device's;
 - the frame's locals: the tensors they hold (a batch changed in place), and the lists, dicts, sets,
-  deques and bytearrays they hold, one level (a list of losses appended to);
+  deques and bytearrays they and the globals the function reads hold, one level (a list of losses
+  appended to);
 - the function's module globals, rebound or added;
 - what the runtime itself changes carrying a decision out (its versions, the function's code, the
   account of what repairs passed over), given by the caller as `undo` callables.
@@ -25,10 +26,12 @@ does not fit in what `daifu.core.trial_memory.allowance` gives.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import random
 import sys
 import time
+import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,19 +52,25 @@ class Snapshot:
     seconds: float = 0.0
     where: str = ""
 
-    def restore(self) -> float:
-        """Put everything back, the runtime's own state last; the seconds it took."""
-        started = time.perf_counter()
+    def restore(self) -> None:
+        """Put everything back, the runtime's own state last. Every part is put back even when one
+        fails; then `RollbackFailed` says which failed: the run must not go on as if all were back."""
         torch = sys.modules.get("torch")
-        if torch is not None:
-            with torch.no_grad():
-                for undo in reversed(self.undo):
-                    undo()
-        else:
+        failed: list[str] = []
+        with torch.no_grad() if torch is not None else contextlib.nullcontext():
             for undo in reversed(self.undo):
-                undo()
+                try:
+                    undo()
+                except Exception as error:  # noqa: BLE001 - said below, after the rest is back
+                    failed.append(f"{type(error).__name__}: {error}"[:200])
         cuda.synchronize()
-        return time.perf_counter() - started
+        if failed:
+            raise RollbackFailed(f"the in-process trial's state could not all be put back: {'; '.join(failed[:3])}")
+
+
+class RollbackFailed(RuntimeError):
+    """Part of what an in-process trial changed could not be put back: DaiFu's failure, which ends its
+    handling of the crash (the user's exception goes on)."""
 
 
 def take(watched: Mapping[str, Any], namespace: Mapping[str, Any], globals_: dict[str, Any],
@@ -79,7 +88,7 @@ def take(watched: Mapping[str, Any], namespace: Mapping[str, Any], globals_: dic
     snapshot = Snapshot(list(undo))
     _random_generators(snapshot, torch)
     _globals(snapshot, globals_)
-    _containers(snapshot, namespace)
+    _containers(snapshot, _values({**watched, **namespace}))
     for obj in objects:
         _attributes(snapshot, obj)
     if torch is not None:
@@ -104,7 +113,7 @@ def _objects(torch: Any, watched: Mapping[str, Any], namespace: Mapping[str, Any
     reachable from `watched` and `namespace` (a local, an item of a container, an attribute of an object)."""
     found: dict[int, Any] = {}
     for values in (watched, namespace):
-        for _, value in health.reachable(values):
+        for _, value in health.reachable(_values(values)):
             if id(value) in found:
                 continue
             if torch is not None and isinstance(value, torch.nn.Module):
@@ -113,6 +122,12 @@ def _objects(torch: Any, watched: Mapping[str, Any], namespace: Mapping[str, Any
             elif _stateful(torch, value):
                 found[id(value)] = value
     return list(found.values())
+
+
+def _values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` but the modules: what a candidate may change is looked for in the program's values, never
+    inside a module it imported (whose attributes hold the interpreter's own, such as its builtins)."""
+    return {name: value for name, value in values.items() if not isinstance(value, types.ModuleType)}
 
 
 def _stateful(torch: Any, value: Any) -> bool:
@@ -168,7 +183,7 @@ def _tensors(torch: Any, objects: list[Any], namespace: Mapping[str, Any]) -> li
                     add(value)
         for value in vars(obj).values():
             add(value)
-    for _, value in health.reachable(namespace):
+    for _, value in health.reachable(_values(namespace)):
         add(value)
     return list(found.values())
 
@@ -255,7 +270,8 @@ _MISSING = object()
 
 
 def _containers(snapshot: Snapshot, namespace: Mapping[str, Any]) -> None:
-    """The lists, dicts, sets, deques and bytearrays the locals hold (and those inside them), one level."""
+    """The lists, dicts, sets, deques and bytearrays the locals and the globals the function reads hold
+    (and those inside them), one level."""
     seen: set[int] = set()
     for _, value in health.reachable(namespace):
         if isinstance(value, _CONTAINERS) and id(value) not in seen:
