@@ -38,22 +38,13 @@ from types import FrameType
 from typing import Any
 
 from daifu.core import cuda, health, sandbox, trial, trial_memory
-from daifu.core.trial import IN_PROCESS, Outcome, Verdict
+from daifu.core.rollback import Snapshot
+from daifu.core.trial import IN_PROCESS, Ended, Outcome, Verdict
 
 _SEQUENCES: tuple[Any, ...] = (range(0), range(1 << 64), [], (), "")
 _COPYABLE_ITERATORS = tuple(type(iter(sequence)) for sequence in _SEQUENCES)
 """Iterators whose copy is independent of the original: a trial can look along the loop on a copy."""
 OUTPUT_LIMIT = 2000
-
-
-class Ended(BaseException):
-    """The trial is over: raised from where it ended (`daifu.core.trial._send`), caught by `run`.
-
-    A `BaseException`, so that the program's `except Exception` lets it through."""
-
-    def __init__(self, verdict: Verdict) -> None:
-        super().__init__(verdict.outcome.value)
-        self.verdict = verdict
 
 
 class Withheld:
@@ -100,12 +91,13 @@ def held_iterators(namespace: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def run(body: Callable[[], Any], watched: Mapping[str, Any], view: trial.View, looking: Any,
-        take: Callable[[], Any], why: str) -> Verdict:
-    """Try the candidate `body` carries out on the live objects, looking along the loop as `looking`
-    (the trial's horizon) says; put everything back; the verdict. `why`: why not in a fork."""
-    from daifu.core.rollback import Snapshot
-
+def run(body: Callable[[], Any], watched: Mapping[str, Any], view: trial.View, take: Callable[[], Any],
+        why: str, seconds: float | None = None, horizon: int | None = None) -> Verdict:
+    """Try the candidate `body` carries out on the live objects, within `seconds`, looking `horizon`
+    iterations past the crashed one (`daifu.core.trial.looking`); put back what `take` copied first (a
+    `daifu.core.rollback.Snapshot`, or why none: then nothing runs); the verdict. `why`: why not in a fork.
+    `body` makes its continuation's loop iterators safe with `hold`."""
+    looking = trial.looking(seconds, horizon)
     snapshot = take()
     if not isinstance(snapshot, Snapshot):
         return Verdict(Outcome.UNAVAILABLE, detail=str(snapshot), kind=IN_PROCESS)

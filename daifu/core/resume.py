@@ -837,7 +837,8 @@ class Vaccine:
             resumed = live.copy()
             sizes = repair_path.sizes(resumed.namespace)
             handover = self._prepare(decision, crash, resumed, Flavour.TRIAL)
-            trial.hold_iterators(handover.namespace)  # in process: the live run's iterators are not advanced
+            if in_process:
+                inprocess.hold(handover.namespace)  # the live run's loop iterators are never advanced
             self._trying = _Trying(decision, crash, live.site, self._resumed_site(decision, live.site))
             rows, what = repair_path.dropped(sizes, repair_path.sizes(handover.namespace))
             if repair_path.changes_code(decision):
@@ -857,8 +858,14 @@ class Vaccine:
             return result
 
         before = {**{name: globals_[name] for name in used if name in globals_}, **_user_view(live.namespace)}
-        return trial.run(decision, run, before, view, seconds, horizon,
-                         snapshot=lambda: self._snapshot(decision, live, before))
+        kind, why = trial.how()
+        in_process = kind == trial.IN_PROCESS
+        if in_process:
+            from daifu.core import inprocess
+
+            return inprocess.run(run, before, view, lambda: self._snapshot(decision, live, before), why, seconds,
+                                 horizon)
+        return trial.run(decision, run, before, view, seconds, horizon)
 
     def _snapshot(self, decision: Decision, live: _Live, watched: dict[str, Any]) -> Any:
         """What an in-process trial of `decision` must put back (`daifu.core.rollback`): the state reachable

@@ -250,34 +250,40 @@ def fork_unavailable() -> str | None:
 View = Callable[[FrameType | None], Mapping[str, Any]]
 
 
-Snapshot = Callable[[], Any]
-"""Takes the in-process trial's snapshot (`daifu.core.rollback.take`): a `Snapshot`, or why none."""
+class Ended(BaseException):
+    """An in-process trial is over (`daifu.core.inprocess`): raised by `_send` from where it ended, with
+    its verdict. A `BaseException`, so that the program's `except Exception` lets it through."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.outcome.value)
+        self.verdict = verdict
+
+
+def looking(seconds: float | None, horizon: int | None) -> _Horizon:
+    """The horizon of a trial within `seconds` (default `trial_seconds`), `horizon` iterations past the
+    crashed one (default `trial_iterations`); its deadline is set when the trial starts."""
+    settings = config.settings()
+    budget = seconds if seconds is not None else settings.trial_seconds
+    ahead = settings.trial_iterations if horizon is None else max(int(horizon), 0)
+    return _Horizon(ahead, budget, 0.0, steps.taken(), settings.pass_over_budget)
 
 
 def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view: View,
-        seconds: float | None = None, horizon: int | None = None, snapshot: Snapshot | None = None) -> Verdict:
+        seconds: float | None = None, horizon: int | None = None) -> Verdict:
     """Try `decision` (carried out by `body`) in a sandboxed copy of this process, within `seconds`
     (by default the configured `trial_seconds`), looking `horizon` iterations past the crashed one
     (by default the configured `trial_iterations`; 0: the crashed iteration only).
 
     `watched` are the values whose health the verdict reports (the crashed frame's locals, the
     globals its function uses); `view(frame)` gives the same at the end of each iteration. Where the
-    trial runs in process (`how`), `snapshot` takes what it must put back (`daifu.core.rollback`).
+    trial must run in process (`how`), the caller runs `daifu.core.inprocess.run` instead.
     """
     kind, reason = how()
-    if kind is None:
-        return Verdict(Outcome.UNAVAILABLE, detail=reason)
+    if kind != FORK:
+        return Verdict(Outcome.UNAVAILABLE, detail=reason if kind is None else f"no fork trial: {reason}")
     settings = config.settings()
     budget = seconds if seconds is not None else settings.trial_seconds
     ahead = settings.trial_iterations if horizon is None else max(int(horizon), 0)
-    if kind == IN_PROCESS:
-        from daifu.core import inprocess
-
-        if snapshot is None:
-            return Verdict(Outcome.UNAVAILABLE, detail="an in-process trial needs a snapshot of the live state",
-                           kind=IN_PROCESS)
-        looking = _Horizon(ahead, budget, 0.0, steps.taken(), settings.pass_over_budget)
-        return inprocess.run(body, watched, view, looking, snapshot, reason)
     before = health.inventory(watched)
     need = trial_memory.estimate(before, watched)
     room = trial_memory.allowance(settings.trial_memory)
@@ -534,15 +540,6 @@ def withheld(iterator: Any, frame: FrameType | None) -> None:
     _send(Outcome.COMPLETED, frame=frame)
 
 
-def hold_iterators(namespace: dict[str, Any]) -> None:
-    """In process: the loop iterators among a trial continuation's locals made safe to take from
-    (`daifu.core.inprocess.hold`); nothing in a copy, whose iterators are its own."""
-    if _CHILD and _CHILD[0].inprocess:
-        from daifu.core.inprocess import hold
-
-        hold(namespace)
-
-
 def may_apply_again() -> bool:
     """Whether a repeat of the crash tried may have the decision applied again in the copy (child only),
     as the real run would: not when it was applied in this same iteration (it did not get past it)."""
@@ -715,8 +712,6 @@ def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType 
     noted as ended only when the function `finished` (returned) inside it."""
     _SENDING.append(True)
     if _CHILD and _CHILD[0].inprocess:
-        from daifu.core.inprocess import Ended
-
         try:
             verdict = _verdict(outcome, detail, where, frame, reached, finished)
         except Exception as error:  # noqa: BLE001 - a verdict that cannot be made is a failed trial
