@@ -94,3 +94,17 @@ def test_no_snapshot_when_it_does_not_fit() -> None:
     trainer = Trainer()
     refused = rollback.take({"trainer": trainer}, {}, {}, 16)
     assert isinstance(refused, str) and refused.startswith("memory: the in-process snapshot needs")
+
+
+def test_a_graph_built_before_the_snapshot_can_still_be_backpropagated_after_the_rollback() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept = model(torch.randn(5, 3)).sum()  # an episode's graph, built before the crash
+    snapshot = rollback.take({"model": model, "optimizer": optimizer}, {}, {}, None)
+    model(torch.randn(5, 3)).sum().backward()
+    optimizer.step()  # the trial changes the weights the kept graph saved, in place
+    snapshot.restore()
+    optimizer.zero_grad()
+    kept.backward()  # the weights are back, and so is autograd's count of their in-place changes
+    assert all(p.grad is not None for p in model.parameters())

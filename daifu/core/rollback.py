@@ -96,7 +96,7 @@ def take(watched: Mapping[str, Any], namespace: Mapping[str, Any], globals_: dic
         for obj in objects:
             _trained_state(snapshot, torch, obj, copies)
         for tensor in tensors:
-            snapshot.undo.append(_put_back(tensor, copies[id(tensor)]))
+            snapshot.undo.append(_put_back(torch, tensor, copies[id(tensor)]))
         snapshot.bytes = sum(_nbytes(t) for t in tensors)
         devices = {placement.get(id(t), "host") for t in tensors}
         snapshot.where = " and ".join(sorted(devices)) if devices else ""
@@ -228,15 +228,28 @@ def _copy_tensors(torch: Any, tensors: list[Any], placement: dict[int, str]) -> 
 # -- how to put it back --------------------------------------------------------------------------
 
 
-def _put_back(tensor: Any, copy: Any) -> Callable[[], None]:
-    """Write `copy` back into `tensor` in place; a tensor whose data the candidate swapped for another
-    shape or type gets data of the copy's."""
+def _put_back(torch: Any, tensor: Any, copy: Any) -> Callable[[], None]:
+    """Write `copy` back into `tensor` in place, and autograd's count of its in-place changes (its
+    version) with it: a graph the run built before the trial (an episode's losses) saved the tensor at
+    that version, and its backward pass refuses one changed since. A tensor whose data the candidate
+    swapped for another shape or type gets data of the copy's."""
+    version = tensor._version
+
     def undo() -> None:
         if tensor.shape == copy.shape and tensor.dtype == copy.dtype:
             tensor.copy_(copy)
         else:
             tensor.data = copy.to(tensor.device)
+        _set_version(torch, tensor, version)
     return undo
+
+
+def _set_version(torch: Any, tensor: Any, version: int) -> None:
+    """Set `tensor`'s version back (`torch._C._autograd._unsafe_set_version_counter`; a torch without it
+    leaves the version as the write made it, and a graph saved before the trial may then refuse)."""
+    setter = getattr(getattr(torch._C, "_autograd", None), "_unsafe_set_version_counter", None)
+    if setter is not None:
+        setter((tensor,), (version,))
 
 
 def _random_generators(snapshot: Snapshot, torch: Any) -> None:
