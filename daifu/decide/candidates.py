@@ -25,7 +25,7 @@ from daifu.decide.verify import Verification, unverifiable
 from daifu.report.redact import has_placeholder, restore_lines
 from daifu.say import say_once
 from daifu.state import RUN
-from daifu.store import repairs
+from daifu.store import credit, repairs
 from repairbot.protocol import Suggestion
 
 MAX_SKIPS = 5
@@ -195,7 +195,7 @@ def with_experience(stage: Verification, found: list[Candidate]) -> list[Candida
     learned = next((c for c in (_learned(entry, site, stage, found) for entry in entries) if c is not None), None)
     ordered = ([learned] if learned else []) + [c for c in found if c is not learned]
     skipped = sum(1 for r in RUN.history if (r.get("function"), r.get("file"), r.get("line")) == site[:3]
-                  and r.get("decided_by") == "bot" and r.get("decision") in _SKIP_PLAYS)
+                  and credit.read(r)[0] == credit.AUTOMATIC and r.get("decision") in _SKIP_PLAYS)
     if skipped >= MAX_SKIPS and any(kind_of(c.decision).skips_work for c in ordered):
         say_once(f"{skipped} automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} skipped work; "
                  "no more are applied there without a person")
@@ -211,7 +211,7 @@ def _learned(entry: dict[str, Any], site: tuple[Any, ...], stage: Verification,
     play = entry.get("decision")
     verified = any(isinstance(t, dict) and t.get("decision") == play and t.get("verdict") in (
         Outcome.COMPLETED.value, Outcome.STOPPED_AT_EFFECT.value) for t in entry.get("trials") or [])
-    if entry.get("decided_by") != "bot" or not verified or entry.get("duration_ms") is None:
+    if credit.read(entry)[1] != credit.BOT or not verified or entry.get("duration_ms") is None:
         return None
     try:
         decision = from_row(entry)
