@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,7 @@ def test_every_decision_kind_is_tried_in_process_and_rolled_back_bit_for_bit() -
         assert verdicts[name].snapshot_bytes > 0
         assert "in process" in verdicts[name].describe()
     assert len(verdicts["action"].iterations) == 3  # the crashed one, then 2 more on a copy of the list's iterator
+    assert sys.gettrace() is None  # the surgery's line counter went with its trial
 
     daifu.configure(trials="off")
     reference, reference_losses, _ = run(trying=False)

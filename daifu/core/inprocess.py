@@ -129,6 +129,7 @@ def _tried(body: Callable[[], Any], watched: Mapping[str, Any], view: trial.View
                          trial_memory.Allowance(0, ""), looking, inprocess=True)
     trial._CHILD.append(state)
     sandbox.quiet_distributed([held.obj for held in state.before.held])  # put back by the rollback
+    tracing = sys.gettrace()  # a surgery's lines are counted by a trace function (`repair_path.LineCounter`)
     try:
         with sandbox.guarded(), _captured(output), _alarm(looking.seconds) as timed:
             looking.open = trial._Iteration(0, started, trial.steps.taken())
@@ -146,6 +147,7 @@ def _tried(body: Callable[[], Any], watched: Mapping[str, Any], view: trial.View
                 return ended.verdict, timed
         raise AssertionError("a trial ends with its verdict")  # `_send` always raises `Ended`
     finally:
+        sys.settrace(tracing)
         trial._CHILD.clear()
         trial._SENDING.clear()
 
