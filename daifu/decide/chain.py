@@ -27,7 +27,7 @@ from daifu.core.crash import Crash
 from daifu.core.decisions import Decision, Raise, Retry
 from daifu.core.handling import RepairContext
 from daifu.core.kinds import is_decision
-from daifu.decide import by_person, failure
+from daifu.decide import by_person, failure, warm
 from daifu.decide.contract import DecidedBy, Person, Source
 from daifu.decide.hints import setting
 from daifu.say import say_once
@@ -86,8 +86,9 @@ class BotSource:
     decided_by = DecidedBy.BOT
 
     def decide(self, crash: Crash, context: RepairContext) -> Decision | None:
+        warm.finish()  # no import in flight when a trial forks
         try:
-            from daifu.decide import automatic  # the bot client (httpx) loads only when a crash needs it
+            from daifu.decide import automatic  # loaded ahead by `daifu.decide.warm`, else here
         except ImportError as missing:
             say_once(f"automatic mode needs the repair bot's client, which is not installed ({missing}): "
                      "pip install 'daifu[bot]'")

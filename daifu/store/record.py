@@ -266,6 +266,12 @@ def note(text: str) -> None:
     _write("WARNING", text)
 
 
+def debug(text: str) -> None:
+    """A free line in the record at level DEBUG: what DaiFu did for itself that changed nothing in the run
+    (the decision layer's loading ahead of the first crash failed, and the crash loaded it)."""
+    _write("DEBUG", text)
+
+
 @dataclass
 class Entry:
     """One repair being recorded: begun at the crash, ended when execution resumes."""
