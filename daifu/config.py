@@ -18,6 +18,7 @@ from daifu.environ import EnvironmentMemo
 MODES = ("interactive", "automatic", "replay", "off")
 APPROVALS = ("ask", "auto", "never", "remote")
 REMOTE_FALLBACKS = ("raise", "auto")
+TRIALS = ("auto", "fork", "inprocess", "off")
 MAX_REMOTE_DEADLINE = 7 * 24 * 3600.0
 
 TRANSFORM_REGISTRY: dict[str, Any] = {
@@ -50,6 +51,10 @@ class Settings:
     max_attempts: repairs allowed at one site without progress before falling back to `Raise`.
     workspace: the folder for workspace files and the JSON-lines record.
     max_trials: candidate repairs tried on a sandboxed copy of the run, per crash, at most.
+    trials: how a candidate is tried — `fork` (a sandboxed copy of the process), `inprocess` (on the
+        live objects, snapshotted before and rolled back after: `daifu.core.inprocess`), `off`, or
+        `auto` (a fork where one can run; in process where it cannot: CUDA initialised, no `fork`, no
+        seccomp).
     trial_seconds: the time one trial may take before it is stopped.
     trial_iterations: the iterations past the crashed one a trial's copy runs (its horizon), within
         `trial_seconds`: fewer when the next would not end in the time left, or the loop ends.
@@ -82,6 +87,7 @@ class Settings:
     max_attempts: int = 3
     workspace: Path = Path("daifu_workspace")
     max_trials: int = 8
+    trials: str = "auto"
     trial_seconds: float = 5.0
     trial_iterations: int = 5
     pass_over_budget: int = 1
@@ -103,6 +109,7 @@ _ENV = {
     "max_attempts": "DAIFU_MAX_ATTEMPTS",
     "workspace": "DAIFU_WORKSPACE",
     "max_trials": "DAIFU_MAX_TRIALS",
+    "trials": "DAIFU_TRIALS",
     "trial_seconds": "DAIFU_TRIAL_SECONDS",
     "trial_iterations": "DAIFU_TRIAL_ITERATIONS",
     "pass_over_budget": "DAIFU_PASS_OVER_BUDGET",
@@ -132,6 +139,8 @@ def _checked(name: str, value: Any, source: str) -> Any:
         if number < (1 if name == "max_attempts" else 0):
             raise ConfigError(f"{source} has value {value!r}: it must be at least {1 if name == 'max_attempts' else 0}.")
         return number
+    if name == "trials":
+        return _trials(value, source)
     if name == "rescue":
         return _switch(value, source)
     if name == "rescue_on":
@@ -179,6 +188,16 @@ def _switch(value: Any, source: str) -> bool:
     if word not in _ON + _OFF:
         raise ConfigError(f"{source} has value {value!r}: not on or off ({', '.join(_ON + _OFF)}).")
     return word in _ON
+
+
+def _trials(value: Any, source: str) -> str:
+    """One of `TRIALS` (`in-process` for `inprocess`); a switch's words too: off, or on for `auto`."""
+    word = str(value).strip().lower().replace("-", "").replace("_", "")
+    if word in TRIALS:
+        return word
+    if word in _ON + _OFF:
+        return "auto" if word in _ON else "off"
+    raise ConfigError(f"{source} has value {value!r}: not one of {', '.join(TRIALS)}.")
 
 
 _UNCATCHABLE = ("SIGKILL", "SIGSTOP")

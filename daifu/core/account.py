@@ -403,7 +403,7 @@ def find_probes(old_fdef: ast.FunctionDef, old_lines: list[str], old_probes: Map
                 new_fdef: ast.FunctionDef, new_lines: list[str], first_lineno: int,
                 site: Site, where: str, surgery: str, undo: str) -> dict[int, Probe]:
     """The probes of a surgery's new version (by `id` of the statement in `new_fdef`): its jumps and
-    rebindings on lines the surgery changed (a jump inside an `if` whose test changed too), and the
+    rebindings from themselves on lines the surgery changed (a jump inside an `if` whose test changed too), and the
     probes of the old version on lines it kept. Only statements inside a loop carry one."""
     matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
     kept: dict[int, int] = {}  # new file line -> old file line, for the lines the surgery kept
@@ -425,8 +425,11 @@ def find_probes(old_fdef: ast.FunctionDef, old_lines: list[str], old_probes: Map
         if how is not None:
             probes[id(node)] = _new_probe(how, site, where, (), surgery, undo)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and old_line is None:
+            # only a name rebound from itself (`x, y = x[keep], y[keep]`) can lose rows: one bound from
+            # other values (a chunk, a micro-batch, the next episode's) drops none of what it held
+            read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
             names = tuple(sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name)
-                                  and isinstance(n.ctx, ast.Store)}))
+                                  and isinstance(n.ctx, ast.Store)} & read))
             if names:
                 probes[id(node)] = _new_probe("rows", site, where, names, surgery, undo)
     return probes

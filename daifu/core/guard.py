@@ -40,6 +40,9 @@ class Handover(BaseException):
         # Under the prototype's scope model, what binds again the module globals (the function's
         # variables) that the frame's unwinding unbound (`SeedScope.rebind`).
         self.rebind = rebind
+        # What lets go of memory the crash left held, once the crashed frame has unwound (out of memory:
+        # `daifu.core.cuda.release`).
+        self.release: Callable[[], None] | None = None
 
     def start(self) -> dict[str, Any]:
         """The locals to resume with (handed over once); the repair's record ends here.
@@ -54,6 +57,8 @@ class Handover(BaseException):
         namespace, self.namespace = self.namespace, {}
         if self.rebind is not None:
             self.rebind(namespace)
+        if self.release is not None:
+            self.release()
         if self.entry is not None:
             self.entry.resumed(self.started)
         if self.collecting:

@@ -420,6 +420,8 @@ class Vaccine:
 
         handling = self.handling
         settings = handling.settings()
+        if self._poisoned(crash, settings):
+            return None
         limit = settings.max_attempts
         if crash.attempt > limit:
             handling.note(f"{self.qualname}: {crash.attempt - 1} repairs at line {crash.lineno} made no progress; raising")
@@ -455,6 +457,7 @@ class Vaccine:
                     gc.enable()
                 raise
             handover.collecting = collecting
+            handover.release = _releasing(crash.exception)
             entry.decided(decision, decided_by)
             if all(done[0] != repr(decision) for done in tried):
                 tried.append((repr(decision), f"applied ({decided_by})"))  # a repeat of this crash will say so
@@ -463,6 +466,21 @@ class Vaccine:
             return handover
         entry.failed("refusals")
         return None
+
+    def _poisoned(self, crash: Crash, settings: Any) -> bool:
+        """Whether the crash is a CUDA error that leaves this process's CUDA context unusable
+        (`daifu.core.cuda.poisoned`): then no repair is asked for, tried or carried out here — every
+        later CUDA call would fail with it again — and the record and the terminal say so."""
+        from daifu.core import cuda
+
+        why = cuda.poisoned(crash.exception)
+        if why is None:
+            return False
+        entry = self.handling.begin(crash, settings)
+        self.handling.note(f"{self.qualname}: {why}: the CUDA context of this process is unusable after it; "
+                           "no repair is attempted in this process")
+        entry.failed("a CUDA error that leaves the CUDA context unusable: no repair is attempted in this process")
+        return True
 
     # -- carrying out a decision ------------------------------------------------------------
 
@@ -856,6 +874,8 @@ class Vaccine:
             resumed = live.copy()
             sizes = repair_path.sizes(resumed.namespace)
             handover = self._prepare(decision, crash, resumed, Flavour.TRIAL)
+            if in_process:
+                inprocess.hold(handover.namespace)  # the live run's loop iterators are never advanced
             self._trying = _Trying(decision, crash, live.site, self._resumed_site(decision, live.site))
             rows, what = repair_path.dropped(sizes, repair_path.sizes(handover.namespace))
             if repair_path.changes_code(decision):
@@ -875,7 +895,74 @@ class Vaccine:
             return result
 
         before = {**{name: globals_[name] for name in used if name in globals_}, **_user_view(live.namespace)}
+        kind, why = trial.how()
+        in_process = kind == trial.IN_PROCESS
+        if in_process:
+            from daifu.core import inprocess
+
+            return inprocess.run(run, before, view, lambda: self._snapshot(decision, live, before), why, seconds,
+                                 horizon)
         return trial.run(decision, run, before, view, seconds, horizon)
+
+    def _snapshot(self, decision: Decision, live: _Live, watched: dict[str, Any]) -> Any:
+        """What an in-process trial of `decision` must put back (`daifu.core.rollback`): the state reachable
+        from `watched`, the crashed frame's locals, the module's globals, and the runtime's own."""
+        from daifu.core import rollback
+
+        return rollback.take(watched, _user_view(live.namespace), self.function.__globals__,
+                             self.handling.settings().trial_memory, [self._runtime_undo(decision, live)])
+
+    def _runtime_undo(self, decision: Decision, live: _Live) -> Callable[[], None]:
+        """What puts back the runtime's own state as carrying `decision` out on `live` changes it: the
+        versions and the function's code (a surgery), a patched function's code, the closure's cells,
+        the progress noted for a repeat of the crash, the accounts of what repairs passed over, and the
+        optimizer steps counted."""
+        from daifu.core.decisions import Patch
+        from daifu.state import RUN
+
+        function, versions, units, code = self.function, list(self.versions), dict(self.units), self.function.__code__
+        stub, trying, watching = self._stub, self._trying, self.helpers.watching
+        seed_names = self.seed.names if self.seed is not None else None
+        cells = {name: (cell, _contents(cell)) for name, cell in live.cells.items()}
+        call = live.namespace.get("@call")
+        progress = dict(call.progress) if call is not None else {}
+        accounts = dict(RUN.accounts)
+        figures = {site: {**vars(account), "repairs": list(account.repairs)} for site, account in accounts.items()}
+        taken = steps.taken()
+        patched = self._patch_target(decision) if isinstance(decision, Patch) else None
+        patched_code = patched.__code__ if patched is not None else code
+
+        def undo() -> None:
+            self.versions[:] = versions
+            self.units.clear()
+            self.units.update(units)
+            function.__code__, self._stub, self._trying, self.helpers.watching = code, stub, trying, watching
+            if self.seed is not None and seed_names is not None:
+                self.seed.names = seed_names
+            for cell, contents in cells.values():
+                cell.cell_contents = contents
+            if call is not None:
+                call.progress.clear()
+                call.progress.update(progress)
+            RUN.accounts.clear()
+            RUN.accounts.update(accounts)
+            for site, account in accounts.items():
+                vars(account).update(figures[site])
+            if taken is not None:
+                steps.count(taken)
+            if patched is not None:
+                patched.__code__ = patched_code
+        return undo
+
+    @staticmethod
+    def _patch_target(decision: Any) -> FunctionType | None:
+        """The function a patch decision would change, or `None` when it cannot be found."""
+        from daifu.core.patch import resolve
+
+        try:
+            return resolve(decision.target)
+        except Exception:  # noqa: BLE001 - then the patch is refused, changing nothing
+            return None
 
     def _resumed_site(self, decision: Decision, site: Site) -> Site:
         """Where the run resumes in the version that runs after `decision` (just carried out): a surgery's
@@ -1013,6 +1100,16 @@ class Vaccine:
         progress.pop(site.path, None)
         fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else {}
         progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
+
+
+def _releasing(error: BaseException) -> Callable[[], None] | None:
+    """For a crash that ran out of memory, what lets go of the memory it left held once the run
+    resumes (`daifu.core.cuda.release`); `None` for any other."""
+    from daifu.core import cuda
+
+    if not cuda.out_of_memory(error):
+        return None
+    return partial(cuda.release, error)
 
 
 def _def_lines(fdef: ast.FunctionDef) -> tuple[int, ...]:

@@ -22,10 +22,12 @@ no shared memory, no shared file offsets, inherited pipes and sockets sealed). T
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -141,7 +143,45 @@ def _guard_python() -> None:
     sys.addaudithook(_audit)
     torch = sys.modules.get("torch")
     if torch is not None:
-        _stop_torch_effects(torch)
+        _stop_torch_effects(torch, lambda: True)
+
+
+class _Guarding(threading.local):
+    on = False
+
+
+_GUARDING = _Guarding()
+_HOOKED: list[bool] = []
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[None]:
+    """The audit-hook layer alone, in this process, for the calling thread while the block runs: an
+    in-process trial (`daifu.core.inprocess`). No seccomp filter (it could not be taken off again):
+    what native code does on its own is not stopped, only what Python code and `torch.save` ask for.
+
+    An audit hook cannot be removed either: one is installed at the first trial, and acts only in a
+    thread whose trial is running (other threads of the live run go on as they were)."""
+    if not _HOOKED:
+        sys.addaudithook(_gated_audit)
+        _HOOKED.append(True)
+    torch = sys.modules.get("torch")
+    undo = _stop_torch_effects(torch, lambda: _GUARDING.on) if torch is not None else None
+    bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    _GUARDING.on = True
+    try:
+        yield
+    finally:
+        _GUARDING.on = False
+        sys.dont_write_bytecode = bytecode
+        if undo is not None:
+            undo()
+
+
+def _gated_audit(event: str, arguments: tuple[Any, ...]) -> None:
+    guarding = _GUARDING  # `None` while the interpreter tears the module down: the hook outlives it
+    if guarding is not None and guarding.on:
+        _audit(event, arguments)
 
 
 def _audit(event: str, arguments: tuple[Any, ...]) -> None:
@@ -166,8 +206,9 @@ def _shown(arguments: tuple[Any, ...]) -> str:
     return f"({text[:200]})"
 
 
-def _stop_torch_effects(torch: Any) -> None:
-    """`torch.save` to a path and the collectives of `torch.distributed` stop a trial, named.
+def _stop_torch_effects(torch: Any, active: Callable[[], bool]) -> Callable[[], None]:
+    """`torch.save` to a path and the collectives of `torch.distributed` stop a trial, named, while
+    `active()`; returns what puts the originals back.
 
     The seccomp filter would refuse them anyway; stopping first says what was reached. DDP's
     gradient synchronisation is turned off, as its `no_sync` does, so a rank's trial runs locally.
@@ -175,21 +216,28 @@ def _stop_torch_effects(torch: Any) -> None:
     real_save = torch.save
 
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(f, (str, bytes, os.PathLike)):
+        if active() and isinstance(f, (str, bytes, os.PathLike)):
             raise SandboxStop(f"torch.save to {os.fsdecode(f)!r}", dangerous=False)
         return real_save(obj, f, *args, **kwargs)
 
     torch.save = save
+    replaced: list[tuple[Any, str, Any]] = [(torch, "save", real_save)]
     dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return
-    for name in _COLLECTIVES:
+    for name in _COLLECTIVES if dist is not None else ():
         if hasattr(dist, name):
-            setattr(dist, name, _stopping(f"torch.distributed.{name}"))
+            replaced.append((dist, name, getattr(dist, name)))
+            setattr(dist, name, _stopping(f"torch.distributed.{name}", getattr(dist, name), active))
+
+    def undo() -> None:
+        for owner, name, original in replaced:
+            setattr(owner, name, original)
+    return undo
 
 
-def _stopping(effect: str) -> Any:
+def _stopping(effect: str, original: Any, active: Callable[[], bool]) -> Any:
     def stop(*args: Any, **kwargs: Any) -> Any:
+        if not active():
+            return original(*args, **kwargs)
         raise SandboxStop(f"the collective {effect}", dangerous=False)
 
     return stop

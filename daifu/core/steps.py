@@ -37,3 +37,8 @@ def _counted(optimizer: Any, args: Any, kwargs: Any) -> None:
 def taken() -> int | None:
     """The optimizer steps counted so far; `None` when they are not counted (torch was not loaded)."""
     return _taken[0] if _installed[0] else None
+
+
+def count(taken_before: int) -> None:
+    """Set the count back to `taken_before`: the steps an in-process trial took were put back."""
+    _taken[0] = taken_before

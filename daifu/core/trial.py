@@ -31,6 +31,7 @@ a trial.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -49,7 +50,7 @@ from types import FrameType
 from typing import Any
 
 from daifu import config
-from daifu.core import health, isolate, sandbox, steps, trial_memory
+from daifu.core import cuda, health, isolate, sandbox, steps, trial_memory
 from daifu.core.horizon import IterationFacts, judge, summary
 
 _DAIFU = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,7 +94,10 @@ class Verdict:
     the rest of the crashed one (index 0), then up to `horizon` more. ended: why it saw no further
     (`""`: it saw the `horizon` asked, or the crash was in no loop). steps_before: the optimizer steps the
     program took before the crash (`None`: not counted). budget: the iterations in which the repair may
-    pass over work (`pass_over_budget`).
+    pass over work (`pass_over_budget`). kind: `fork` (a sandboxed copy of the process) or `in-process`
+    (`daifu.core.inprocess`: on the live objects, copied before and put back after); for the latter,
+    snapshot_bytes, snapshot_ms and rollback_ms: what the copy of the state took, and putting it back;
+    not_rolled_back: what the trial may have changed that could not be put back.
     """
 
     outcome: Outcome
@@ -116,6 +120,11 @@ class Verdict:
     ended: str = ""
     steps_before: int | None = None
     budget: int = 1
+    kind: str = "fork"
+    snapshot_bytes: int = 0
+    snapshot_ms: float = 0.0
+    rollback_ms: float = 0.0
+    not_rolled_back: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -171,6 +180,11 @@ class Verdict:
             parts.append(f"spoils the run: non-finite {', '.join(self.spoilt[:3])}")
         if self.outcome in (Outcome.COMPLETED, Outcome.STOPPED_AT_EFFECT, Outcome.RAISED):
             parts.append(f"discards trained state: {'; '.join(self.discarded)}" if self.discarded else "state kept")
+        if self.kind == "in-process" and self.outcome is not Outcome.UNAVAILABLE:
+            parts.append(f"in process (snapshot {trial_memory.size(self.snapshot_bytes)} in {self.snapshot_ms:.0f} ms, "
+                         f"rolled back in {self.rollback_ms:.0f} ms)")
+        if self.not_rolled_back:
+            parts.append(f"not rolled back: {'; '.join(self.not_rolled_back)}")
         text = "trial: " + ", ".join(parts)
         seen = self.seen()
         if seen:
@@ -192,25 +206,66 @@ class Verdict:
         """The verdict `to_data` wrote (missing fields take their defaults)."""
         known = {name: data[name] for name in Verdict.__dataclass_fields__ if name in data}
         known["outcome"] = Outcome(known["outcome"])
-        for name in ("spoilt", "nonfinite", "discarded", "reached"):
+        for name in ("spoilt", "nonfinite", "discarded", "reached", "not_rolled_back"):
             known[name] = tuple(known.get(name, ()))
         known["iterations"] = tuple(IterationFacts.from_data(it) for it in known.get("iterations", ()))
         return Verdict(**known)
 
 
+FORK, IN_PROCESS = "fork", "in-process"
+
+
 def unavailable() -> str | None:
-    """Why trials cannot run in this process now, or `None` when they can."""
-    if os.environ.get("DAIFU_TRIALS", "").lower() in ("0", "off", "no", "false"):
-        return "trials are turned off (DAIFU_TRIALS=off)"
+    """Why no trial can run in this process now, or `None` when one can (`how`)."""
+    kind, reason = how()
+    return reason if kind is None else None
+
+
+def how() -> tuple[str | None, str]:
+    """Which trial runs here now, `fork` or `in-process`, and why not a fork trial (`""`: it is one);
+    `(None, reason)` when none runs. The `trials` setting chooses: `fork` or `inprocess` only, `off`,
+    or `auto`: a fork trial where one can run, else in process."""
+    chosen = config.settings().trials
+    if chosen == "off":
+        return None, "trials are turned off (DAIFU_TRIALS=off)"
+    if chosen == "inprocess":
+        return IN_PROCESS, "the trials setting asks for in-process trials"
+    reason = fork_unavailable()
+    if reason is None:
+        return FORK, ""
+    if chosen == "fork":
+        return None, reason
+    return IN_PROCESS, reason
+
+
+def fork_unavailable() -> str | None:
+    """Why no trial can run in a forked copy of this process now, or `None` when one can."""
     if not hasattr(os, "fork"):
         return f"this platform ({sys.platform}) cannot fork a copy of the process"
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+    if cuda.initialised():
         return "CUDA is initialised in this process, and a CUDA context does not survive fork"
     return sandbox.unavailable()
 
 
 View = Callable[[FrameType | None], Mapping[str, Any]]
+
+
+class Ended(BaseException):
+    """An in-process trial is over (`daifu.core.inprocess`): raised by `_send` from where it ended, with
+    its verdict. A `BaseException`, so that the program's `except Exception` lets it through."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.outcome.value)
+        self.verdict = verdict
+
+
+def looking(seconds: float | None, horizon: int | None) -> _Horizon:
+    """The horizon of a trial within `seconds` (default `trial_seconds`), `horizon` iterations past the
+    crashed one (default `trial_iterations`); its deadline is set when the trial starts."""
+    settings = config.settings()
+    budget = seconds if seconds is not None else settings.trial_seconds
+    ahead = settings.trial_iterations if horizon is None else max(int(horizon), 0)
+    return _Horizon(ahead, budget, 0.0, steps.taken(), settings.pass_over_budget)
 
 
 def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view: View,
@@ -220,11 +275,12 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
     (by default the configured `trial_iterations`; 0: the crashed iteration only).
 
     `watched` are the values whose health the verdict reports (the crashed frame's locals, the
-    globals its function uses); `view(frame)` gives the same at the end of each iteration.
+    globals its function uses); `view(frame)` gives the same at the end of each iteration. Where the
+    trial must run in process (`how`), the caller runs `daifu.core.inprocess.run` instead.
     """
-    reason = unavailable()
-    if reason is not None:
-        return Verdict(Outcome.UNAVAILABLE, detail=reason)
+    kind, reason = how()
+    if kind != FORK:
+        return Verdict(Outcome.UNAVAILABLE, detail=reason if kind is None else f"no fork trial: {reason}")
     settings = config.settings()
     budget = seconds if seconds is not None else settings.trial_seconds
     ahead = settings.trial_iterations if horizon is None else max(int(horizon), 0)
@@ -368,6 +424,8 @@ class _Child:
     horizon: _Horizon
     isolation: isolate.Isolation = field(default_factory=isolate.Isolation)
     limits: str = ""
+    inprocess: bool = False
+    """In process (`daifu.core.inprocess`): the verdict ends the trial as an exception, not the process."""
 
 
 _CHILD: list[_Child] = []
@@ -472,6 +530,14 @@ def passed_over(what: str, rows: int = 0) -> None:
         it.passed_over += 1
         it.what.append(what)
         it.rows += rows
+
+
+def withheld(iterator: Any, frame: FrameType | None) -> None:
+    """In process: the loop's next item would be taken from the live run's `iterator`, which a trial
+    does not advance (`daifu.core.inprocess.Withheld`): its horizon ends here. Never returns."""
+    _CHILD[0].horizon.ended = (f"the loop's next item: an in-process trial does not take it from the live run's "
+                               f"{type(iterator).__name__}")
+    _send(Outcome.COMPLETED, frame=frame)
 
 
 def may_apply_again() -> bool:
@@ -581,15 +647,21 @@ def _text(error: BaseException) -> str:
 def _where(error: BaseException) -> str:
     """The deepest place in the user's own code that the exception's traceback went through."""
     entries = traceback.extract_tb(error.__traceback__)
-    own = [e for e in entries if _own(e.filename)]
+    own = [e for e in entries if own_code(e.filename)]
     chosen = (own or entries)[-1:]
     return f"{os.path.basename(chosen[0].filename)}:{chosen[0].lineno}" if chosen else ""
 
 
-def _own(filename: str) -> bool:
+def own_code(filename: str) -> bool:
     """Whether `filename` is code outside the standard library, the installed packages and DaiFu."""
-    others = [path for path in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} if path]
-    return not any(filename.startswith(path) for path in [*others, _DAIFU])
+    return not filename.startswith(_libraries())
+
+
+@functools.cache
+def _libraries() -> tuple[str, ...]:
+    """The folders of the standard library, the installed packages and DaiFu (read once: `sysconfig` is slow)."""
+    found = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return (*sorted(path for path in found if path), _DAIFU)
 
 
 def _reached(error: BaseException, limit: int = 40) -> tuple[str, ...]:
@@ -601,7 +673,7 @@ def _reached(error: BaseException, limit: int = 40) -> tuple[str, ...]:
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        found += [f"{e.filename}:{e.lineno}" for e in traceback.extract_tb(current.__traceback__) if _own(e.filename)]
+        found += [f"{e.filename}:{e.lineno}" for e in traceback.extract_tb(current.__traceback__) if own_code(e.filename)]
         if isinstance(current, sandbox.SandboxStop) or _refused_by_sandbox(current):
             break
         current = current.__cause__ or current.__context__
@@ -614,7 +686,7 @@ def _stack_reached(limit: int = 40) -> tuple[str, ...]:
     found: list[str] = []
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        if _own(frame.f_code.co_filename):
+        if own_code(frame.f_code.co_filename):
             found.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
         frame = frame.f_back
     return tuple(dict.fromkeys(reversed(found)))[:limit]
@@ -635,27 +707,19 @@ _SENDING: list[bool] = []
 
 def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType | None = None,
           reached: tuple[str, ...] = (), finished: bool = False) -> None:
-    """Write the verdict to the parent and leave the process at once. An iteration still open is noted
-    as ended only when the function `finished` (returned) inside it."""
+    """End the trial with its verdict: in a copy, write it to the parent and leave the process at once;
+    in process, raise it (`daifu.core.inprocess.Ended`) to the trial's caller. An iteration still open is
+    noted as ended only when the function `finished` (returned) inside it."""
     _SENDING.append(True)
+    if _CHILD and _CHILD[0].inprocess:
+        try:
+            verdict = _verdict(outcome, detail, where, frame, reached, finished)
+        except Exception as error:  # noqa: BLE001 - a verdict that cannot be made is a failed trial
+            verdict = Verdict(Outcome.FAILED, detail=f"verdict: {error!r}"[:300])
+        raise Ended(verdict)
     try:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        child = _CHILD[0]
-        looking = child.horizon
-        if finished and not looking.ended and looking.open is not None:
-            looking.ended = RETURNED
-        _close(frame, complete=finished)
-        seconds = time.perf_counter() - child.started
-        peak = trial_memory.peak()
-        found = health.examine(child.before, child.view(frame))
-        verdict = Verdict(
-            outcome, seconds, 0.0, detail, where, tuple(found.spoilt), tuple(found.nonfinite),
-            tuple(found.discarded), found.losses_before, found.losses_after, peak_bytes=peak,
-            shared_memory=child.isolation.shared_memory(),
-            isolated="; ".join(part for part in (child.isolation.describe(), child.limits) if part),
-            reached=reached, iterations=tuple(looking.seen), horizon=looking.asked, ended=looking.ended,
-            steps_before=looking.steps_before, budget=looking.budget,
-        )
+        verdict = _verdict(outcome, detail, where, frame, reached, finished)
         os.write(0, json.dumps(verdict.to_data(), default=str).encode())
     except BaseException as error:  # noqa: BLE001 - a verdict that cannot be read is a failed trial
         try:
@@ -664,3 +728,24 @@ def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType 
             pass
     finally:
         os._exit(0)
+
+
+def _verdict(outcome: Outcome, detail: str, where: str, frame: FrameType | None, reached: tuple[str, ...],
+             finished: bool) -> Verdict:
+    """The verdict of the trial as it ends: the open iteration closed, the health read."""
+    child = _CHILD[0]
+    looking = child.horizon
+    if finished and not looking.ended and looking.open is not None:
+        looking.ended = RETURNED
+    _close(frame, complete=finished)
+    seconds = time.perf_counter() - child.started
+    peak = 0 if child.inprocess else trial_memory.peak()
+    found = health.examine(child.before, child.view(frame))
+    return Verdict(
+        outcome, seconds, 0.0, detail, where, tuple(found.spoilt), tuple(found.nonfinite),
+        tuple(found.discarded), found.losses_before, found.losses_after, peak_bytes=peak,
+        shared_memory=child.isolation.shared_memory(),
+        isolated="; ".join(part for part in (child.isolation.describe(), child.limits) if part),
+        reached=reached, iterations=tuple(looking.seen), horizon=looking.asked, ended=looking.ended,
+        steps_before=looking.steps_before, budget=looking.budget,
+    )

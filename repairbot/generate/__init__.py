@@ -30,6 +30,8 @@ One module per family of edits, each with `propose(view)`:
 - `elements`: `.item()` on many elements (`.sum()` of a comparison, `.mean()` of a per-sample value),
   `None` placeholders left out of the tensors `torch.cat` joins;
 - `constraints`: a distribution's argument mapped into its constraint (`softmax` for a simplex, `logits=`);
+- `accumulate`: out of memory in a training step — its forward, loss and backward on micro-batches, the
+  gradients accumulated, one optimizer step;
 - `memory`: out of memory — the faulty call re-run on chunks of its batch;
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
   make the missing folder of a write;
@@ -47,6 +49,7 @@ import itertools
 from collections.abc import Callable, Iterator
 
 from repairbot.generate import (
+    accumulate,
     constraints,
     control,
     dtypes,
@@ -80,6 +83,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (lookups.propose, "api_misuse"),
     (elements.propose, "api_misuse"),
     (constraints.propose, "api_misuse"),
+    (accumulate.propose, "out_of_memory"),
     (memory.propose, "out_of_memory"),
     (control.propose, "exceptional_data"),
     (site_control.propose, "exceptional_data"),
