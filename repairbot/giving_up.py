@@ -115,4 +115,5 @@ def _cut_from_itself(target: ast.expr, value: ast.expr) -> bool:
     if not (isinstance(value.value, ast.Name) and value.value.id == target.id):
         return False
     index = value.slice
-    return not (isinstance(index, ast.Constant) or isinstance(index, ast.UnaryOp) and isinstance(index.operand, ast.Constant))
+    constant = index.operand if isinstance(index, ast.UnaryOp) else index
+    return not isinstance(constant, ast.Constant)

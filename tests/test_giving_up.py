@@ -88,7 +88,7 @@ def test_the_generator_ranks_a_report_skipped_before_rows_dropped_before_an_iter
     iteration = GeneratedRepair("skip_iteration", "pass the batch over", "control", 2, gives_up=SKIPS_ITERATION)
     kept = ranked([iteration, rows, report_skip], [])
     assert [c.explanation for c in kept] == ["only reports", "keep the rows with a label", "pass the batch over"]
-    assert "drops the elements" in kept[1].gives_up
+    assert "leaves rows of a batch out" in kept[1].gives_up
 
 
 def test_the_generator_ranks_a_rules_edit_that_introduces_a_continue_after_a_value_edit() -> None:
@@ -205,7 +205,8 @@ def test_of_two_repairs_that_pass_the_one_whose_trial_gave_up_less_is_applied(au
     # a noise buffer made for the configured batch of 4 meets a batch of 8; the first repair the bot offers cuts
     # the batch to the buffer (its trial counts the rows dropped), the second tiles the buffer over the batch
     old = "x = xb + noise"
-    cut = surgery(train_with_noise, old, "x, y = xb.narrow(0, 0, noise.shape[0]) + noise, y.narrow(0, 0, noise.shape[0])")
+    cut = surgery(train_with_noise, old,
+                  "x, y = xb.narrow(0, 0, noise.shape[0]) + noise, y.narrow(0, 0, noise.shape[0])")
     tile = surgery(train_with_noise, old, "x = xb + noise.repeat(xb.shape[0] // noise.shape[0], 1)")
     the_bot_answers(monkeypatch, [Suggestion(kind="surgery", code=cut, explanation="cut", confidence=0.9),
                                   Suggestion(kind="surgery", code=tile, explanation="tile", confidence=0.6)])

@@ -31,6 +31,7 @@ PASSES_ITEM = "passes over the item the loop's iterator could not make (a batch 
 DROPS_ELEMENTS = "drops the elements that do not match"
 REPLACES_DATA = "replaces the out-of-range values of this batch by 0 (conventionally the unknown or padding id)"
 REPLACES_NONFINITE = "replaces the NaN and Inf values of this iteration's data by 0"
+CUTS_ROWS = "leaves rows of a batch out (it rebinds a name to a part of itself)"
 INTRODUCES_JUMP = "passes over work where the `continue`, `break` or `return` it introduces runs"
 DISCARDS_STATE = "discards trained state (a layer or an optimizer is made anew)"
 _BUILTINS = frozenset(dir(builtins))

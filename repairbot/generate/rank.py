@@ -10,10 +10,13 @@ The order, best first:
    (`GeneratedRepair.gives_up`) and what the code shows (a `continue`, `break` or `return` the edit
    introduces, a name rebound to rows of itself, a layer or optimizer made anew), so a rule's or a
    family's edit that passes over work unlabelled still ranks with its kind;
-2. the firmer the evidence, the earlier (`GeneratedRepair.evidence`): among the edits that give
+2. among those that give up as much work, an edit of the code (whose own condition passes the work over
+   each time it comes back, counted by the account) before a decision taken at each crash (a skip, a
+   retry, an action), which costs a restore each time;
+3. the firmer the evidence, the earlier (`GeneratedRepair.evidence`): among the edits that give
    nothing up, an operand traced to its origin or a key read from the live object comes first;
-3. the smaller the edit, the earlier: syntax nodes changed, plus two for each new name;
-4. the rules' (or the family's) confidence.
+4. the smaller the edit, the earlier: syntax nodes changed, plus two for each new name;
+5. the rules' (or the family's) confidence.
 
 The answer holds each repair once and at most `MAX_CANDIDATES`; trials in the training process
 then try them in this order (the service cannot: it holds no live state). Confidences are made
@@ -28,6 +31,7 @@ import textwrap
 from repairbot import giving_up
 from repairbot.bounds import MAX_CODE, MAX_SUGGESTIONS, MAX_TARGET, MAX_WHOLE_DEFS
 from repairbot.generate.candidate import (
+    CUTS_ROWS,
     DISCARDS_STATE,
     DROPS_ELEMENTS,
     INTRODUCES_JUMP,
@@ -46,11 +50,11 @@ from repairbot.signs import parse
 
 MAX_CANDIDATES = MAX_SUGGESTIONS
 LEVELS = {"": giving_up.NOTHING, SKIPS_REPORT: giving_up.REPORT, DROPS_ELEMENTS: giving_up.ROWS,
-          REPLACES_DATA: giving_up.ROWS, REPLACES_NONFINITE: giving_up.ROWS, PASSES_ITEM: giving_up.ITERATION,
-          SKIPS_ITERATION: giving_up.ITERATION, INTRODUCES_JUMP: giving_up.ITERATION,
+          CUTS_ROWS: giving_up.ROWS, REPLACES_DATA: giving_up.ROWS, REPLACES_NONFINITE: giving_up.ROWS,
+          PASSES_ITEM: giving_up.ITERATION, SKIPS_ITERATION: giving_up.ITERATION, INTRODUCES_JUMP: giving_up.ITERATION,
           SKIPS_STATEMENT: giving_up.STATEMENT, DISCARDS_STATE: giving_up.STATE}
 """The level (`repairbot.giving_up`) of each thing a family says its candidate gives up."""
-_SAID = {giving_up.ROWS: DROPS_ELEMENTS, giving_up.ITERATION: INTRODUCES_JUMP, giving_up.STATEMENT: SKIPS_STATEMENT,
+_SAID = {giving_up.ROWS: CUTS_ROWS, giving_up.ITERATION: INTRODUCES_JUMP, giving_up.STATEMENT: SKIPS_STATEMENT,
          giving_up.STATE: DISCARDS_STATE}
 """What a candidate gives up, said for the level its code shows when its family said less."""
 
@@ -103,9 +107,11 @@ def suggestions(kept: list[GeneratedRepair]) -> list[Suggestion]:
     return suggestions
 
 
-def _key(candidate: GeneratedRepair) -> tuple[int, int, int, float]:
+def _key(candidate: GeneratedRepair) -> tuple[int, bool, int, int, float]:
+    level = LEVELS.get(candidate.gives_up, giving_up.STATE)
     return (
-        LEVELS.get(candidate.gives_up, giving_up.STATE),
+        level,
+        level > giving_up.NOTHING and candidate.kind not in ("surgery", "patch_function"),
         -candidate.evidence,
         candidate.cost + 2 * candidate.new_names,
         -(candidate.confidence if candidate.confidence is not None else 0.45 + 0.2 * candidate.evidence),
