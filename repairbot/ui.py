@@ -29,7 +29,7 @@ from fastapi.templating import Jinja2Templates
 from repairbot.approvals import DECIDE_WAIT_S, Approvals, state
 from repairbot.diffs import added, in_context, source_diff
 from repairbot.pending import Conflict, InvalidChoice, PendingRepair, Status, UnknownRepair, describe
-from repairbot.protocol import CHOICES, EDIT_KINDS, PLAIN_CHOICES, RepairChoice
+from repairbot.protocol import CHOICES, EDIT_KINDS, PLAIN_CHOICES, PendingCandidate, RepairChoice
 from repairbot.sessions import COOKIE, Session
 from repairbot.throttle import LoginThrottle
 
@@ -255,6 +255,18 @@ def _summary(repair: PendingRepair, now: float) -> dict[str, Any]:
     }
 
 
+_TRIAL = {True: "passed", None: "untried", False: "failed"}
+"""A candidate's trial as the page styles it (`PendingCandidate.passed`)."""
+_SHOWN_FIRST = ["passed", "untried", "failed"]
+"""The order of the suggestions on the page: what the trial showed safe first, a failed trial last."""
+
+
+def _edit_start(candidates: list[PendingCandidate]) -> PendingCandidate | None:
+    """What the edit box starts from: the best (first ranked) suggestion a person could have written whose trial
+    passed, applicable as it is; none (an empty box) when none passed, never one that failed its trial."""
+    return next((c for c in candidates if c.passed and c.kind in EDIT_KINDS and c.code and not c.problems), None)
+
+
 def _detail(repair: PendingRepair, session: Session) -> dict[str, Any]:
     """Everything the repair's page shows."""
     request, now = repair.request, time.time()
@@ -266,9 +278,12 @@ def _detail(repair: PendingRepair, session: Session) -> dict[str, Any]:
             diff = source_diff(function.source, candidate.code, function.first_lineno, function.name)
         else:
             diff = added(candidate.code) if candidate.code else []
-        candidates.append({"index": number, "c": candidate, "diff": diff})
-    surgeries = [c.code for c in request.candidates if c.kind == "surgery" and not c.problems]
+        said = (candidate.verdict or "").removeprefix("trial: ")
+        candidates.append({"index": number, "c": candidate, "diff": diff, "trial": _TRIAL[candidate.passed],
+                           "said": said})
+    candidates.sort(key=lambda item: _SHOWN_FIRST.index(str(item["trial"])))  # stable: the ranking within each
     refused = repair.refused if repair.refused is not None and repair.refused.choice == "edit" else None
+    start = _edit_start(request.candidates)
     return {
         "session": session,
         "r": repair,
@@ -281,10 +296,10 @@ def _detail(repair: PendingRepair, session: Session) -> dict[str, Any]:
         "open": repair.status is Status.WAITING,
         "checking": repair.status is Status.PROPOSED,
         "proposed": describe(repair.choice, request) if repair.choice is not None else "",
-        "edit_kind": refused.kind if refused else EDIT_KINDS[0],
+        "edit_kind": refused.kind if refused else (start.kind if start else EDIT_KINDS[0]),
         "edit_kinds": EDIT_KINDS,
         "plain_choices": list(PLAIN_CHOICES.items()),
-        "edit_code": refused.code if refused else (surgeries[0] if surgeries else function.source),
+        "edit_code": refused.code if refused else (start.code if start else ""),
         "events": [(_clock(e.at), e.who, e.text) for e in repair.events],
         "variables": sorted(report.variables.items())[:200],
     }

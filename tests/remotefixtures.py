@@ -179,3 +179,26 @@ def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "the
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout:g} s")
         time.sleep(0.05)
+
+
+def halves(xs: list[int]) -> list[int]:
+    """A function with a real bug (`/` where `//` was meant), crashed for the pending repairs posted here."""
+    n = len(xs) / 2
+    return xs[:n]  # type: ignore[misc]
+
+
+def post_pending(url: str, candidates: list[Any]) -> str:
+    """A pending repair posted as a waiting process posts it (a real crash of `halves`, the rules engine's
+    diagnosis, the given `PendingCandidate`s); its id. Nothing answers its proposals: a page to look at."""
+    from repairbot.protocol import JobInfo, PendingRepairRequest
+    from repairbot.rules import analyse
+    from tests.botfixtures import report_of
+
+    report = report_of(halves, [1, 2, 3, 4])
+    body = PendingRepairRequest(job=JobInfo(name="page", host="here", pid=4242), report=report,
+                                diagnosis=analyse(report)[0], backend_used="rules", candidates=candidates,
+                                deadline_s=600)
+    with api(url) as client:
+        created = client.post("/v1/pending", json=body.model_dump(mode="json"))
+    assert created.status_code == 201, created.text
+    return str(created.json()["id"])

@@ -255,3 +255,88 @@ def test_trial_tries_a_repair_on_a_copy_and_changes_nothing(tmp_path: Path) -> N
     assert "(3, '3', [1, 2])" in terminal.command("p total, item, seen")  # the live frame is as it was
     terminal.command("skip")
     assert "FINAL total=7 seen=[1, 2, '3', 4]" in terminal.leave("q")
+
+
+PATCHED = "sed -i 's/item [*] self.factor + 0/int(item) * self.factor/'"
+"""An editor that fixes `Scaler.apply` of `called.py`."""
+
+
+def test_iteration_skips_the_rest_of_the_iteration_after_trying_it(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "called.py")
+    shown = terminal.command("iteration")
+    assert "Trying SkipIteration on a copy of the run..." in shown and "\ntrial: iteration finished in" in shown
+    assert "SkipIteration: it takes effect when you leave" in shown
+    assert "FINAL total=14 seen=[1, 2, 4]" in terminal.leave("q")
+    record = [json.loads(line) for line in (terminal.workspace / "repairs.jsonl").read_text().splitlines()]
+    assert [r["decision"] for r in record] == ["SkipIteration"]
+
+
+def test_skip_iteration_is_the_iteration_command_and_skip_takes_no_other_argument(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "called.py")
+    assert "`skip` takes no argument but `iteration`" in terminal.command("skip everything")
+    assert "SkipIteration: it takes effect" in terminal.command("skip iteration")
+    assert "FINAL total=14 seen=[1, 2, 4]" in terminal.leave("q")
+
+
+def test_iteration_outside_a_loop_is_refused_with_the_reason(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "once.py")
+    refused = terminal.command("iteration")
+    assert "Skip the iteration refused: the faulty statement is in no loop of the function" in refused
+    out = terminal.leave("q")
+    assert "No decision taken" in out and "ValueError: invalid literal" in out
+
+
+def test_patch_opens_the_called_method_in_the_editor_tries_and_takes_it(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "called.py", EDITOR=PATCHED)
+    shown = terminal.command("patch scaler.apply")
+    path = terminal.workspace / "(patch-1)Scaler.apply.py"
+    assert path.read_text() == "def apply(self, item):\n    return int(item) * self.factor\n"
+    assert "-    return item * self.factor + 0" in shown and "+    return int(item) * self.factor" in shown
+    assert "Trying Patch on a copy of the run..." in shown and "\ntrial: iteration finished in" in shown
+    assert "Patch of __main__:Scaler.apply accepted: it takes effect when you leave" in shown
+    assert "(3, '3')" in terminal.command("p scaler.apply(1) + 1, item")  # nothing applied before `q`
+    out = terminal.leave("q")
+    assert "FINAL total=20 seen=[1, 2, '3', 4]" in out
+    record = [json.loads(line) for line in (terminal.workspace / "repairs.jsonl").read_text().splitlines()]
+    assert [(r["decision"], r["target"]) for r in record] == [("Patch", "__main__:Scaler.apply")]
+
+
+def test_a_patch_whose_trial_fails_is_refused_unless_forced(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "called.py", EDITOR="sed -i 's/+ 0/+ None/'")
+    refused = terminal.command("patch scaler.apply")
+    assert "\ntrial: raised TypeError" in refused
+    assert "Patch refused: its trial did not pass; `patch --force scaler.apply` takes it anyway." in refused
+    out = terminal.leave("q")
+    assert "No decision taken: the exception is raised." in out and "TypeError: can only concatenate str" in out
+    assert terminal.status == 1
+
+
+def test_patch_without_an_editor_says_where_the_source_is_and_patch_again_takes_it(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "called.py")
+    shown = terminal.command("patch scaler.apply")
+    path = terminal.workspace / "(patch-1)Scaler.apply.py"
+    assert f"edit {path} in another window, then type `patch` again" in shown
+    assert "No decision taken" not in shown and "accepted" not in shown
+    path.write_text(path.read_text().replace("item * self.factor + 0", "int(item) * self.factor"))
+    assert "Patch of __main__:Scaler.apply accepted" in terminal.command("patch")
+    assert "FINAL total=20 seen=[1, 2, '3', 4]" in terminal.leave("q")
+
+
+def test_patch_names_a_called_function_or_says_why_not(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "called.py")
+    assert "Patch refused: `nothing` is not defined here" in terminal.command("patch nothing")
+    assert "Patch refused: `total` is not a Python function" in terminal.command("patch total")
+    assert "Usage: patch [--force] [name.of.function]" in terminal.command("patch scaler.apply(1)")
+    assert "Usage: patch [--force] [name.of.function]" in terminal.command("patch")  # no patch begun yet
+    terminal.leave("exit")
+
+
+def test_an_action_defining_a_function_is_summarised_by_its_def(tmp_path: Path) -> None:
+    terminal = crashed(tmp_path, "called.py")
+    terminal.command("focus")
+    terminal.action_file().write_text(
+        "def apply(self, item):\n    value = int(item)\n    return value * self.factor\n\nScaler.apply = apply\n")
+    terminal.command("action")
+    out = terminal.leave("q")
+    assert "Action `def apply(self, item); Scaler.apply = apply`" in out, out
+    assert "FINAL total=20 seen=[1, 2, '3', 4]" in out

@@ -256,7 +256,7 @@ def test_choices_the_repair_cannot_take_are_refused_before_reaching_the_process(
             assert reply.status_code == 400 and reply.json()["detail"] == detail
         page = client.get(f"/ui/repairs/{process.id}").text
         assert re.search(r'class="skip_iteration" type="submit" disabled title="the faulty statement', page)
-        assert re.search(r'name="candidate" value="1">\s*<button class="apply" type="submit" disabled', page)
+        assert re.search(r'name="candidate" value="1">\s*<button class="apply untried" type="submit" disabled', page)
     assert process.poll(0)["status"] == "waiting"
 
 

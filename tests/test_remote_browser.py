@@ -19,7 +19,7 @@ from tests.extras import BOT
 for _package in BOT:
     pytest.importorskip(_package)
 
-from tests.remotefixtures import FAULTY_LINE, browser, fixed_result, job, login, service, until
+from tests.remotefixtures import FAULTY_LINE, browser, fixed_result, job, login, post_pending, service, until
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -170,3 +170,54 @@ def test_two_people_deciding_the_same_repair_only_the_first_counts(
     finally:
         first.close()
         second.close()
+
+
+FAILING = "def halves(xs):\n    n = int(len(xs) / 3)\n    return xs[n]\n"
+PASSING = "n = len(xs) // 2"
+GREEN = "rgb(31, 136, 61)"
+
+
+def test_the_trials_verdict_decides_each_apply_buttons_look_and_order(url: str, context: Any) -> None:
+    """A suggestion whose trial failed comes after the others, its button is not the green primary one and says
+    the verdict beside it; the one that passed comes first with the primary button; the edit box starts from it."""
+    from repairbot.protocol import PendingCandidate
+
+    repair = post_pending(url, [
+        PendingCandidate(kind="surgery", code=FAILING, explanation="a third", confidence=0.9,
+                         verdict="trial: the call raised TypeError: list indices must be integers", passed=False),
+        PendingCandidate(kind="retry", explanation="again", confidence=0.5),
+        PendingCandidate(kind="action", code=PASSING, explanation="use //", confidence=0.4,
+                         verdict="trial: the call finished in 3 ms, state kept", passed=True),
+    ])
+    page = login(context, url, "erin", f"/ui/repairs/{repair}")
+    order = page.locator("#suggestions article.candidate").evaluate_all("cards => cards.map(c => c.id)")
+    assert order == ["candidate-3", "candidate-2", "candidate-1"]  # passed, not tried, failed
+
+    def background(selector: str) -> str:
+        return str(page.locator(selector).evaluate("e => getComputedStyle(e).backgroundColor"))
+
+    assert background("#candidate-3 form button") == GREEN
+    assert background("#candidate-2 form button") != GREEN and background("#candidate-1 form button") != GREEN
+    failed = page.locator("#candidate-1 form")
+    assert "Apply suggestion 1" in failed.locator("button").inner_text()
+    assert "its trial failed: the call raised TypeError" in failed.inner_text()  # said beside the button
+    assert "not tried" in page.locator("#candidate-2 form").inner_text()
+    first_apply = page.locator("#suggestions form button").first
+    assert first_apply.inner_text() == "Apply suggestion 3"
+    assert page.locator("form.edit textarea").input_value() == PASSING  # the passing one, not the failing surgery
+    assert page.locator("form.edit input[value=action]").is_checked()
+
+
+def test_with_no_passing_suggestion_the_edit_box_starts_empty_and_nothing_is_green(url: str, context: Any) -> None:
+    from repairbot.protocol import PendingCandidate
+
+    repair = post_pending(url, [
+        PendingCandidate(kind="surgery", code=FAILING, explanation="a third", confidence=0.9,
+                         verdict="trial: the call raised TypeError: list indices must be integers", passed=False),
+    ])
+    page = login(context, url, "erin", f"/ui/repairs/{repair}")
+    assert page.locator("form.edit textarea").input_value() == ""
+    assert page.locator("form.edit input[value=surgery]").is_checked()
+    buttons = page.locator("#suggestions button, #decide button").evaluate_all(
+        "bs => bs.map(b => getComputedStyle(b).backgroundColor)")
+    assert buttons and GREEN not in buttons

@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         const=Path("daifu_run.png"),
         metavar="FILE",
         help="also draw the last run's loss curve (daifu.log_metric) with its repairs, beside what restarts would "
-        "have cost, to FILE (default: daifu_run.png); needs matplotlib",
+        "have cost (without metrics: its repairs, the losses of the crashed frames and the restore times), to FILE "
+        "(default: daifu_run.png); needs matplotlib",
     )
     show.set_defaults(handler=_show)
     report = commands.add_parser(

@@ -13,7 +13,12 @@ the training it would redo (from that checkpoint, or from the first step when no
 the crash), both from the metric lines' own times. Loading the checkpoint is not counted: the
 restart bar is a lower bound.
 
-Drawn with matplotlib (the `daifu[plot]` extra), headless (Agg).
+A script that logs no metrics (run unedited, `daifu run train.py`) is drawn from what DaiFu
+recorded itself: the last process's repairs over time, the loss values the crashed frame held at
+each (`losses` in `repairs.jsonl`: its scalar locals named like a loss) and each restore time.
+
+Drawn with matplotlib (the `daifu[plot]` extra), headless (Agg). `figure` builds the figure (its
+artists hold the data drawn), `draw` writes it.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from typing import Any
 
 from daifu.store import metrics
 
+REPAIR_RED = "#c92a2a"
+
 
 class NothingToPlot(Exception):
-    """The workspace has no metrics to draw; the message says what the program should call."""
+    """The workspace has neither metrics nor repairs to draw; the message says what the program should call."""
 
 
 @dataclass(frozen=True)
@@ -83,40 +90,132 @@ def place(run: list[dict[str, Any]], repairs: list[dict[str, Any]]) -> list[Repa
     return placed
 
 
+def last_process(repairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The repairs of the process (and rank) that recorded the last one, in order."""
+    if not repairs:
+        return []
+    last = repairs[-1]
+    return [r for r in repairs if r.get("pid") == last.get("pid") and r.get("rank") == last.get("rank")]
+
+
 def draw(workspace: Path, repairs: list[dict[str, Any]], path: Path) -> Path:
     """Write the figure of the last run in `workspace` to `path` (PNG, SVG or PDF by its suffix)."""
-    run = last_run(workspace)
-    placed = place(run, repairs)
+    import matplotlib.pyplot as plt
+
+    drawn = figure(workspace, repairs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    drawn.savefig(path, dpi=110)
+    plt.close(drawn)
+    return path
+
+
+def figure(workspace: Path, repairs: list[dict[str, Any]]) -> Any:
+    """The figure of the last run in `workspace`: from its metrics, else from its repairs alone
+    (`NothingToPlot` when it has neither)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    try:
+        run = last_run(workspace)
+    except NothingToPlot as no_metrics:
+        own = last_process(repairs)
+        if not own:
+            raise NothingToPlot(f"no repairs and {no_metrics}") from None
+        return _repairs_figure(own)
+    return _metrics_figure(run, place(run, repairs))
+
+
+def _metrics_figure(run: list[dict[str, Any]], placed: list[Repair]) -> Any:
     import matplotlib.pyplot as plt
 
-    figure, (curve, costs) = plt.subplots(
+    drawn, (curve, costs) = plt.subplots(
         2, 1, figsize=(8, 6.5), gridspec_kw={"height_ratios": [3, max(1, len(placed))]}
     )
     for name in dict.fromkeys(line["name"] for line in run if line.get("name") != metrics.CHECKPOINT):
         points = [(line["step"], line["value"]) for line in run if line.get("name") == name]
         curve.plot([s for s, _ in points], [float("nan") if v is None else v for _, v in points], label=name)
     for repair in placed:
-        curve.axvline(repair.step, color="#c92a2a", linestyle="--", linewidth=1)
-        restore = f", {repair.restore_ms:.0f} ms" if repair.restore_ms is not None else ""
-        curve.annotate(f"#{repair.number} {repair.decision}{restore}", (repair.step, 1),
-                       xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right", fontsize=8,
-                       color="#c92a2a")  # fmt: skip
+        _mark(curve, repair.step, f"#{repair.number} {repair.decision}{_restore(repair.restore_ms)}")
     saved = [line["step"] for line in run if line.get("name") == metrics.CHECKPOINT]
     if saved:
         curve.plot(saved, [0] * len(saved), "^", color="#495057", transform=curve.get_xaxis_transform(),
                    clip_on=False, label="checkpoint")  # fmt: skip
     curve.set_xlabel("step")
-    curve.set_title(f"Run {run[0].get('pid')}: {len(placed)} repairs in place", fontsize=10)
+    curve.set_title(f"Run {run[0].get('pid')}: {_count(len(placed), 'repair')} in place", fontsize=10)
     curve.legend(fontsize=8)
     _costs(costs, placed)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    drawn.tight_layout()
+    return drawn
+
+
+def _repairs_figure(own: list[dict[str, Any]]) -> Any:
+    """A run with no metrics: the losses its crashed frames held at each repair, over time, each repair
+    marked; below, each restore time."""
+    import matplotlib.pyplot as plt
+
+    drawn, (curve, restores) = plt.subplots(
+        2, 1, figsize=(8, 6.5), gridspec_kw={"height_ratios": [3, max(1, len(own))]}
+    )
+    places = range(1, len(own) + 1)  # in order; their times (to the second) are the ticks' labels
+    names = list(dict.fromkeys(name for repair in own for name in (repair.get("losses") or {})))
+    for name in names:
+        points = [(at, repair["losses"][name]) for at, repair in zip(places, own) if name in (repair.get("losses") or {})]
+        curve.plot([at for at, _ in points], [float("nan") if v is None else v for _, v in points], "o-",
+                   label=f"{name} (in the crashed frame)")  # fmt: skip
+    for at, repair in zip(places, own):
+        _mark(curve, at, f"#{repair.get('repair')} {repair.get('decision', '?')}{_restore(repair.get('duration_ms'))}")
+    curve.set_xlim(0.5, len(own) + 0.5)
+    curve.set_xticks(list(places), [f"#{r.get('repair')}\n{_clock(r)}" for r in own], fontsize=8)
+    if names:
+        curve.legend(fontsize=8)
+    else:
+        curve.set_yticks([])
+        curve.text(0.5, 0.5, "no scalar named like a loss in the crashed frames\n"
+                             "(daifu.log_metric(step, loss) draws the whole curve)",
+                   ha="center", va="center", transform=curve.transAxes, fontsize=9, color="#495057")  # fmt: skip
+    curve.set_xlabel("repair, at")
+    curve.set_title(f"Run {own[0].get('pid')}: {_count(len(own), 'repair')} in place "
+                    "(no metrics logged: what DaiFu recorded at each)", fontsize=10)  # fmt: skip
+    _restores(restores, own)
+    drawn.tight_layout()
+    return drawn
+
+
+def _mark(axes: Any, x: Any, label: str) -> None:
+    """A repair at `x`: a dashed vertical line, its label written down along it from just inside the top."""
+    axes.axvline(x, color=REPAIR_RED, linestyle="--", linewidth=1)
+    axes.annotate(label, (x, 1), xycoords=("data", "axes fraction"), xytext=(-2, -4), textcoords="offset points",
+                  rotation=90, rotation_mode="anchor", ha="right", va="bottom", fontsize=8,
+                  color=REPAIR_RED)  # fmt: skip
+
+
+def _restores(axes: Any, own: list[dict[str, Any]]) -> None:
+    for row, repair in enumerate(own):
+        milliseconds = repair.get("duration_ms")
+        seconds = float(milliseconds) / 1000.0 if milliseconds is not None else 0.0
+        axes.barh(row, seconds, height=0.6, color="#2b8a3e", label="DaiFu: restored in place" if row == 0 else None)
+        text = f" {float(milliseconds):.0f} ms" if milliseconds is not None else " not repaired"
+        axes.text(seconds if milliseconds is not None else 1e-3, row, text, va="center", fontsize=7)
+    axes.set_xscale("log")
+    longest = max((float(r["duration_ms"]) / 1000.0 for r in own if r.get("duration_ms") is not None), default=1e-3)
+    axes.set_xlim(left=min(1e-3, longest / 10), right=max(longest, 1e-3) * 4)  # room for the labels
+    axes.set_yticks(range(len(own)), [f"#{r.get('repair')} {r.get('decision', '?')}" for r in own], fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel("restore time, seconds (log scale)")
+
+
+def _clock(repair: dict[str, Any]) -> str:
+    """The time of day a repair was recorded (`repairs.jsonl`'s `time`: `2026-12-01T23:38:56+0000`)."""
+    return str(repair.get("time", ""))[11:19]
+
+
+def _restore(milliseconds: float | None) -> str:
+    return f", {milliseconds:.0f} ms" if milliseconds is not None else ", not repaired"
+
+
+def _count(number: int, noun: str) -> str:
+    """`1 repair`, `2 repairs`."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _costs(axes: Any, placed: list[Repair]) -> None:
@@ -134,7 +233,8 @@ def _costs(axes: Any, placed: list[Repair]) -> None:
                   label="restart: training redone since the last checkpoint" if first else None)  # fmt: skip
         axes.text(restore_s, row - 0.2, f" {restore_s * 1000:.0f} ms", va="center", fontsize=7)
         total = repair.startup_s + repair.redo_s
-        axes.text(total, row + 0.2, f" {total:.1f} s ({repair.redo_steps} steps redone)", va="center", fontsize=7)
+        axes.text(total, row + 0.2, f" {total:.1f} s ({_count(repair.redo_steps, 'step')} redone)", va="center",
+                  fontsize=7)
     axes.set_xscale("log")
     longest = max(r.startup_s + r.redo_s for r in placed)
     axes.set_xlim(right=max(longest, 1e-3) * 4)  # room for the labels

@@ -12,27 +12,33 @@ unavailable instead of half-working. The commands that take a decision as it is 
 from __future__ import annotations
 
 import pdb
+import re
 from pathlib import Path
+from types import FunctionType
 
 from collections.abc import Callable
 
 from daifu import repair
-from daifu.console import editor
+from daifu.console import callee, editor
 from daifu.console.colour import paint, wanted
 from daifu.console.diffs import source_diff
 from daifu.console.resuming import resume_point
 from daifu.core import kinds
 from daifu.core.crash import Crash
-from daifu.core.decisions import Action, Decision, Surgery
+from daifu.core.decisions import Action, Decision, Patch, SkipIteration, Surgery
+from daifu.core.patch import PatchRefused
+from daifu.core.trial import Outcome, Verdict
 from daifu.core.handling import RepairContext
 from daifu.decide import broadcast
 from daifu.decide.verify import Verification
 from daifu.state import RUN
 from daifu.store import record, workspace
 
-COMMANDS = ("describe", "focus", "edit", "surgery", "action", *kinds.commands(), "trial", "ask", "broadcast",
-            "report", "exit", "continue")
+COMMANDS = ("describe", "focus", "edit", "surgery", "action", "patch", *kinds.commands(), "iteration", "trial", "ask",
+            "broadcast", "report", "exit", "continue")
 """DaiFu's own commands, in the order `help` lists them."""
+_PATCH_NAME = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")
+"""What `patch` takes: a dotted name (`model.forward`), or `module:qualname`."""
 
 
 def open_console(crash: Crash, context: RepairContext) -> Decision | None:
@@ -60,6 +66,7 @@ class Console(pdb.Pdb):
         self.number = number
         self.decision: Decision | None = None
         self.broadcast_of: Decision | None = None
+        self.patching: str | None = None  # the function `patch` was last given
         self.colour = wanted(self.stdout)
 
     # -- session ----------------------------------------------------------------------------
@@ -225,11 +232,89 @@ class Console(pdb.Pdb):
         decision = self._trial_subject(arg.strip())
         if decision is None:
             return
+        self._try(decision)
+
+    def do_iteration(self, arg: str) -> None:
+        """iteration (or: skip iteration)
+        Skip the rest of the iteration: the innermost loop goes on with its next one when you leave
+        with `q`. It is tried on a copy of the run first, and its verdict shown."""
+        decision = SkipIteration()
+        reasons = self.stage.problems(decision)
+        if reasons:
+            self.error(f"Skip the iteration refused: {'; '.join(reasons)}. Nothing changed.")
+            return
+        self._try(decision)
+        self._take(decision, kinds.play_name(decision))
+
+    def do_patch(self, arg: str) -> None:
+        """patch [--force] [name.of.function]
+        Patch a function the faulty statement called (`patch model.forward`): edit its source, then
+        it is checked, tried on a copy of the run and, if its trial passes (or with --force), taken.
+        Its source is written to (patch-N)<qualname>.py and opened in $VISUAL/$EDITOR; without an
+        editor, edit the file yourself and type `patch` again. When you leave with `q`, the
+        function's code is replaced in place and the faulty statement runs again."""
+        words = arg.split()
+        force = "--force" in words
+        names = [word for word in words if word != "--force"]
+        name = names[0] if len(names) == 1 else (self.patching if not names else None)
+        if name is None or not _PATCH_NAME.fullmatch(name):
+            self.error("Usage: patch [--force] [name.of.function] (a function or method the faulty statement "
+                       "calls, e.g. `patch model.forward`). Nothing changed.")
+            return
+        try:
+            function, target = callee.find(name, self.curframe_locals, self.crash.frame)
+            source = callee.source(function)
+        except PatchRefused as refused:
+            self.error(f"Patch refused: {refused}. Nothing changed.")
+            return
+        self.patching = name
+        path = workspace.patch_file(self.number, function.__qualname__).absolute()
+        if path not in RUN.focused:
+            try:
+                workspace.write(path, source)
+            except OSError as error:
+                self.error(f"Cannot write {path}: {error}. Nothing changed.")
+                return
+            RUN.focused.add(path)
+        if editor.editor_command() is not None:
+            problem = editor.edit(path)
+            if problem is not None:
+                self.message(problem)
+        new = self._read(path)
+        if new is None:
+            return
+        if new == source:
+            if editor.editor_command() is None:
+                self.message(f"The source of {function.__qualname__}: edit {path} in another window, "
+                             "then type `patch` again.")
+            else:
+                self.error(f"{path.name} is unchanged: nothing to patch. Nothing changed.")
+            return
+        self._patch(Patch(target, new), name, source, function, force)
+
+    def _patch(self, decision: Patch, name: str, old: str, function: FunctionType, force: bool) -> None:
+        """Check, show, try and take a patch (refused when its trial fails, unless forced)."""
+        reasons = self.stage.problems(decision)
+        if reasons:
+            self.error(f"Patch refused: {'; '.join(reasons)}. Nothing changed; fix the file and type `patch` again.")
+            return
+        first = function.__code__.co_firstlineno
+        self.message(source_diff(old, decision.source, first, function.__name__, self.colour).rstrip("\n"))
+        verdict = self._try(decision)
+        if verdict.outcome is not Outcome.UNAVAILABLE and not verdict.passed and not force:
+            self.error(f"Patch refused: its trial did not pass; `patch --force {name}` takes it anyway. "
+                       "Nothing changed.")
+            return
+        self._take(decision, f"Patch of {decision.target} accepted")
+
+    def _try(self, decision: Decision) -> Verdict:
+        """`decision` tried on a copy of the run, its verdict said in one line (green when it passed)."""
         self.message(f"Trying {kinds.play_name(decision)} on a copy of the run...")
         verdict = self.stage.trial(decision)  # the verification stage's trial, as automatic mode runs it
         self.message(paint(verdict.describe(), "green" if verdict.passed else "red", self.colour))
         if verdict.output.strip():
             self.message("What the copy printed:\n" + "\n".join(f"  {line}" for line in verdict.output.splitlines()[-10:]))
+        return verdict
 
     def _trial_subject(self, which: str) -> Decision | None:
         if which in kinds.words(carrying_code=False):
@@ -353,6 +438,9 @@ class Console(pdb.Pdb):
     def _read_focus_file(self, what: str, path: Path) -> str | None:
         if self._not_focused(what):
             return None
+        return self._read(path)
+
+    def _read(self, path: Path) -> str | None:
         try:
             return path.read_text(encoding="utf-8")
         except OSError as error:
@@ -381,6 +469,13 @@ def _taking(word: str, help_text: str) -> Callable[[Console, str], None]:
     """The console command `word`, which takes the decision of that word as it is (`kinds.commands`)."""
 
     def command(self: Console, arg: str) -> None:
+        if arg.strip():
+            if word == "skip" and arg.strip() == "iteration":
+                self.do_iteration("")
+            else:
+                but = " but `iteration`" if word == "skip" else ""
+                self.error(f"`{word}` takes no argument{but}. Nothing changed.")
+            return
         decision = kinds.from_word(word)
         self._take(decision, kinds.play_name(decision))
 

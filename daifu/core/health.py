@@ -168,13 +168,22 @@ def _nonfinite_state(torch: Any, held: Held) -> list[str]:
     return found[:8]
 
 
+def losses(namespace: Mapping[str, Any]) -> dict[str, float]:
+    """The scalar locals of `namespace` whose name says "loss": floats, and one-element floating tensors
+    when PyTorch is loaded. What the record keeps at each repair, for a figure of a run that logs no metrics."""
+    return _losses(sys.modules.get("torch"), namespace)
+
+
 def _losses(torch: Any, namespace: Mapping[str, Any]) -> dict[str, float]:
     values = {}
     for name, value in namespace.items():
         if "loss" not in name.lower() or name.startswith("@"):
             continue
-        if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
-            values[name] = float(value.detach().reshape(()))
+        if torch is not None and isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
+            try:
+                values[name] = float(value.detach().reshape(()))
+            except RuntimeError:  # a tensor on a device that failed: no value to read
+                continue
         elif isinstance(value, float):
             values[name] = value
     return values

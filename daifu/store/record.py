@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import math
 import os
 import shutil
 import sys
@@ -292,7 +293,8 @@ class Entry:
         return f"{crash.exception_type} at {os.path.basename(crash.filename)}:{crash.lineno} in {crash.qualname}"
 
     def _what(self) -> str:
-        from daifu.core.decisions import Plays, Surgery
+        from daifu.core.decisions import Patch, Plays, Surgery
+        from daifu.core.gist import body, statements
         from daifu.core.kinds import code_of, play_name, step_names
 
         decision = self.decision
@@ -306,8 +308,10 @@ class Entry:
             lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
             shown = "; ".join(lines)
             return f"Surgery `{_cut(shown)}`" if shown else "Surgery (lines removed)"
-        lines = [line.strip() for line in code.splitlines()
-                 if line.strip() and not line.lstrip().startswith(("@", "def ", "#"))]
+        if isinstance(decision, Patch):  # the callee's new body, under its name
+            shown = "; ".join(body(code))
+            return f"Patch of {decision.target}" + (f" `{_cut(shown)}`" if shown else "")
+        lines = statements(code)
         return play_name(decision) + (f" `{_cut('; '.join(lines))}`" if lines else "")
 
     def _item(self) -> dict[str, Any]:
@@ -359,9 +363,20 @@ def begin(crash: Crash, settings: Settings | None = None) -> Entry:
     """Start recording the repair of `crash`, handled under `settings`: writes `Repair N Begin`."""
     _file()
     entry = Entry(RUN.next_number(), crash, settings)
+    losses = _losses_at(crash)
+    if losses:
+        entry.extra["losses"] = losses
     _current.number = entry.number
     _line("INFO", f"Repair {entry.number} Begin")
     return entry
+
+
+def _losses_at(crash: Crash) -> dict[str, float | None]:
+    """The loss values the crashed frame held (`daifu.core.health.losses`), for `daifu show --plot` to draw
+    a run that logs no metrics; a value that is not finite is `None` (JSON has no NaN)."""
+    from daifu.core.health import losses
+
+    return {name: value if math.isfinite(value) else None for name, value in losses(crash.locals).items()}
 
 
 def current_number() -> int:

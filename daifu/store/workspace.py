@@ -1,4 +1,5 @@
-"""The workspace files of a repair: `(surgery-N)<func>.py`, `(action-N)<func>.py`, `N.broadcast`.
+"""The workspace files of a repair: `(surgery-N)<func>.py`, `(action-N)<func>.py`, `N.broadcast`, and
+DaiFu's own `(patch-N)<qualname>.py` (the console's `patch`).
 
 The names are the prototype's, which its users and benchmark scripts rely on; N is the repair
 number of the record (`Repair N Begin`). The folder is `settings().workspace`, read on each call
@@ -26,6 +27,11 @@ def surgery_file(number: int, function_name: str) -> Path:
 def action_file(number: int, function_name: str) -> Path:
     """Where the code to run in the faulty frame for repair `number` lives."""
     return folder() / f"(action-{number}){function_name}.py"
+
+
+def patch_file(number: int, qualname: str) -> Path:
+    """Where the source of a called function to patch for repair `number` lives (`Net.forward`)."""
+    return folder() / f"(patch-{number}){qualname}.py"
 
 
 def broadcast_file(number: int) -> Path:
