@@ -112,7 +112,7 @@ def learn_at_the_training_step(automatic: Callable[[], list[dict[str, Any]]]) ->
 
 
 def test_a_repair_verified_at_one_statement_is_offered_renamed_and_verified_at_the_same_shape(
-        automatic, tmp_path, monkeypatch) -> None:
+        automatic, tmp_path, monkeypatch, capfd) -> None:
     learn_at_the_training_step(automatic)
     bot_proposes_nothing(monkeypatch)
     model, _, crit, batches = setup()
@@ -123,6 +123,8 @@ def test_a_repair_verified_at_one_statement_is_offered_renamed_and_verified_at_t
     (offered,) = answers(tmp_path)[-1]["suggestions"]
     assert "same shape" in offered["explanation"] and offered["code"] == second["code"]
     assert total == pytest.approx(evaluate_fixed(model, crit, batches))
+    said = capfd.readouterr().err
+    assert "offering the repair verified at a statement of the same shape at test_same_shape.py:" in said
 
 
 def test_a_statement_of_the_same_shape_with_another_exception_type_is_not_offered(

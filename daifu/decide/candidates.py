@@ -232,6 +232,9 @@ def _offered(stage: Verification, decision: Decision, why: str, found: list[Cand
     same = next((c for c in found if c.decision == decision), None)
     if same is not None:
         return same
+    crash = stage.crash
+    say_once(f"{crash.exception_type} at {os.path.basename(crash.filename)}:{crash.lineno}: offering {why}; "
+             "it is tried like any other candidate")
     kind = wire_kind(decision) or "retry"
     suggestion = Suggestion(kind=kind, code=code_of(decision) or "", target=target_of(decision),  # type: ignore[arg-type]
                             confidence=0.9, explanation=why)

@@ -25,7 +25,18 @@ from daifu.core.horizon import missing_steps, passing_over, planned_steps
 from daifu.core.kinds import code_of, wire_kind
 from daifu.core.trial import Verdict
 from repairbot import giving_up
-from repairbot.giving_up import ITERATION, NOTHING, REPORT, REPORTERS, REPORTING_MODULES, ROWS, STATEMENT
+from repairbot.giving_up import (
+    ITERATION,
+    NOTHING,
+    REPORT,
+    REPORTERS,
+    REPORTING_MODULES,
+    ROWS,
+    STATEMENT,
+)
+
+NAMES = giving_up.NAMES
+"""Each level in words (`repairbot.giving_up.NAMES`), for the terminal."""
 
 GivenUp = tuple[int, int, int]
 """What a repair gives up, compared as a tuple: its level, the iterations its trial saw it pass over work

@@ -118,8 +118,8 @@ def offered(crash: Crash, entries: list[dict[str, Any]]) -> list[tuple[Decision,
         decision = _retargeted(crash, entry)
         if decision is not None and all(decision != d for d, _ in found):
             where = f"{os.path.basename(str(entry.get('file')))}:{entry.get('line')}"
-            found.append((decision, f"it repaired a crash at a statement of the same shape at {where} "
-                                    f"(repair {entry.get('repair')}), renamed here"))
+            found.append((decision, f"the repair verified at a statement of the same shape at {where} "
+                                    f"(repair {entry.get('repair')}), renamed for this one"))
         if len(found) == MAX_OFFERED:
             break
     return found

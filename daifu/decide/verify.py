@@ -38,7 +38,7 @@ from daifu.core.names import bound_names
 from daifu.core.trial import Outcome, Verdict
 from daifu.decide.allowlist import Context, check_suggestion, context_for
 from daifu.decide.failure import doing
-from daifu.decide.giving_up import NOTHING
+from daifu.decide.giving_up import NAMES, NOTHING
 from daifu.decide.trial_effects import repair_effect
 from daifu.report.redact import has_placeholder
 from daifu.say import say, say_once
@@ -170,6 +170,9 @@ class Verification:
                     return candidate
                 continue
             if verdict.passed and not candidate.trial_problems:
+                if best is not None and candidate.given_up < best.given_up:
+                    say(f"the bot's {candidate.kind} (suggestion {number}) passed its trial giving up less than "
+                        f"the one that passed before it: {NAMES[best.given_up[0]]} -> {NAMES[candidate.given_up[0]]}")
                 best = candidate if best is None or candidate.given_up < best.given_up else best
                 if best.given_up[0] == NOTHING:
                     return best
