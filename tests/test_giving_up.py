@@ -222,3 +222,16 @@ def test_of_two_repairs_that_pass_the_one_whose_trial_gave_up_less_is_applied(au
     assert [t["code"] for t in tried] == [cut, tile] and all(t["outcome"] == "completed" for t in tried)
     assert [sum(it["rows_dropped"] for it in t["iterations"]) for t in tried] == [4, 0]
     assert repair["code"] == tile
+
+
+def test_the_estimate_reads_what_an_edit_adds_not_what_the_function_had() -> None:
+    from repairbot import giving_up
+
+    old = "def f(xs):\n    for x in xs:\n        if x is None:\n            continue\n        y = g(x)\n    return y\n"
+    assert giving_up.of_code("surgery", old.replace("g(x)", "g(x.float())"), old) == giving_up.NOTHING
+    assert giving_up.of_code("surgery", old.replace("y = g(x)", "y = g(x)[0]"), old) == giving_up.NOTHING
+    assert giving_up.of_code("surgery", old.replace("y = g(x)", "x = x[:4]\n        y = g(x)"), old) == giving_up.ROWS
+    assert giving_up.of_code("surgery", old.replace("y = g(x)", "if x.sum() > 9:\n            break\n        y = g(x)"),
+                             old) == giving_up.ITERATION
+    assert giving_up.of_code("action", "model.fc = torch.nn.Linear(3, 4)", None) == giving_up.STATE
+    assert giving_up.of_code("patch_function", "def h(a):\n    return a[:2]\n", None) == giving_up.NOTHING
