@@ -19,6 +19,7 @@ source each time (as under `PYTHONDONTWRITEBYTECODE=1` with no cache present).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -78,6 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="pairs of children to measure (default 15)")
     parser.add_argument("--no-bytecode-cache", action="store_true", help="compile every module from source")
+    parser.add_argument("--json", type=Path, help="also write the medians to this file (`bench_all.py`)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="daifu-bench-import-"))
     baseline, vaccinating, importing = folder / "baseline.py", folder / "vaccinating.py", folder / "importing.py"
@@ -108,6 +110,10 @@ def main() -> None:
     print(f"  import daifu + vaccinate one function    {statistics.median(daifu_times) * 1e3:8.1f} ms"
           f"   ({modules} modules loaded)")
     print(f"  ratio daifu / json (median of pairs)     {statistics.median(ratios):8.1f} x")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"import_json_ms": statistics.median(json_times) * 1e3,
+                                         "import_daifu_ms": statistics.median(import_times) * 1e3,
+                                         "import_and_vaccinate_ms": statistics.median(daifu_times) * 1e3}))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import json
 import os
 import statistics
 import subprocess
@@ -374,15 +375,18 @@ def checkpoint_retry(crash_step: int, every: int, runs: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
+    parser.add_argument("--restore-only", action="store_true", help="only the restore times (`bench_all.py`)")
+    parser.add_argument("--json", type=Path, help="also write the restore medians to this file (`bench_all.py`)")
     options = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     repeats = 5 if options.quick else 21
     print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs\n")
-    training_overhead(repeats)
-    tight_loop(repeats)
-    one_line_calls(repeats)
-    with_statement(repeats)
+    if not options.restore_only:
+        training_overhead(repeats)
+        tight_loop(repeats)
+        one_line_calls(repeats)
+        with_statement(repeats)
     crash_step, every = 175, 50
     switches: list[float] = []
     restore = restore_times(5 if options.quick else 20, crash_step, switches)
@@ -391,6 +395,10 @@ def main() -> None:
         print(f"  {name:<22} median {statistics.median(values):7.3f}   min {min(values):7.3f}   max {max(values):7.3f}")
     print(f"  then, as the interrupted iteration ends, the surgery's switch compiles the rest of the call and "
           f"the fast path: median {statistics.median(switches):.3f} ms CPU ({len(switches)} switches)")
+    if options.json is not None:
+        options.json.write_text(json.dumps({name: statistics.median(values) for name, values in restore.items()}))
+    if options.restore_only:
+        return
     first_crash_memory()
     long_function(5 if options.quick else 15)
     baseline = checkpoint_retry(crash_step, every, 2 if options.quick else 5)

@@ -32,9 +32,11 @@ shared memory before it runs, and its time shows what that costs.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -108,6 +110,7 @@ def main() -> None:
     parser.add_argument("--shared", action="store_true", help="the model in shared memory (model.share_memory())")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--horizon", type=int, default=5, help="iterations past the crashed one the copy runs")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (`bench_all.py`)")
     args = parser.parse_args()
     torch.manual_seed(0)
     warnings.filterwarnings("ignore", message="Using a target size")  # the crash's own warning
@@ -122,10 +125,14 @@ def main() -> None:
         ahead.append((label, found, measure(name, args.repeats, args.shared, args.horizon)))
     print(f"\nwith a horizon of {args.horizon} iterations past the crashed one:")
     print(f"{'model':>12}  {'trial':>10}  {'seen':>5}  {'per iteration':>13}  {'one in copy':>11}  {'peak':>9}")
+    figures = {}
     for label, without, found in ahead:
         per = (found["trial_ms"] - without["trial_ms"]) / max(found["seen"], 1)
         print(f"{label:>12}  {found['trial_ms']:>7.1f} ms  {found['seen']:>5.0f}  {per:>10.1f} ms  "
               f"{found['past_ms']:>8.1f} ms  {size(int(found['peak'])):>9}")
+        figures[label] = {"fork_ms": without["fork_ms"], "trial_ms": without["trial_ms"], "horizon_per_iteration_ms": per}
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ IMPORTED_AT = time.time()
 """When the program imported DaiFu: near its start, so `daifu show --plot` can tell what a restart costs."""
 
 if TYPE_CHECKING:
-    from daifu.config import TRANSFORM_REGISTRY, configure, set_policy, settings
+    from daifu.config import TRANSFORM_REGISTRY, set_policy, settings
     from daifu.core.crash import Crash
     from daifu.core.decisions import Action, Patch, Plays, Raise, Retry, Skip, SkipIteration, Surgery
     from daifu.core.trial import Verdict
     from daifu.rescue.load import rescued
     from daifu.store.record import log_program_end
+    from daifu.targets import configure
     from daifu.vaccinate import transform
 
 __all__ = [
@@ -64,7 +65,7 @@ _PUBLIC = {
     "Crash": "daifu.core.crash",
     "Verdict": "daifu.core.trial",
     "TRANSFORM_REGISTRY": "daifu.config",
-    "configure": "daifu.config",
+    "configure": "daifu.targets",  # config.configure, and vaccinate=[...] carried out
     "set_policy": "daifu.config",
     "settings": "daifu.config",
     "log_program_end": "daifu.store.record",

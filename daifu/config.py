@@ -70,6 +70,9 @@ class Settings:
     pass_over: what an automatic repair may pass over at its site in the run (`daifu.core.account`)
         before automatic repairs there stop — `batch` (the crashed batch's own samples, once), a whole
         number of samples, or `unlimited`.
+    vaccinate: functions to vaccinate by name, `MODULE:QUALNAME` (`daifu.targets`), given as a list
+        or a comma-separated text: `daifu run` vaccinates them before the script runs, `configure()`
+        at once.
     """
 
     mode: str = "interactive"
@@ -89,6 +92,7 @@ class Settings:
     rescue_seconds: float = 120.0
     rescue_on: tuple[str, ...] = ()
     pass_over: str = "batch"
+    vaccinate: tuple[str, ...] = ()
 
 
 _ENV = {
@@ -109,6 +113,7 @@ _ENV = {
     "rescue_seconds": "DAIFU_RESCUE_SECONDS",
     "rescue_on": "DAIFU_RESCUE_ON",
     "pass_over": "DAIFU_PASS_OVER",
+    "vaccinate": "DAIFU_VACCINATE",
 }
 _given: dict[str, Any] = {}
 _policy: list[Callable[..., Any] | None] = [None]
@@ -154,6 +159,8 @@ def _checked(name: str, value: Any, source: str) -> Any:
         return seconds
     if name == "pass_over":
         return _pass_over(value, source)
+    if name == "vaccinate":
+        return _names(value, source)
     if name == "workspace":
         return Path(value)
     if name == "bot_url" and value is not None and not str(value).startswith(("http://", "https://")):
@@ -190,6 +197,18 @@ def _signals(value: Any, source: str) -> tuple[str, ...]:
             raise ConfigError(f"{source} has value {value!r}: {name} is not a signal a program can catch here.")
         found.append(name)
     return tuple(dict.fromkeys(found))
+
+
+def _names(value: Any, source: str) -> tuple[str, ...]:
+    """Names of functions, `MODULE:QUALNAME`, given as a list or a comma-separated text; each one
+    checked for its form only (whether it resolves is known when it is vaccinated)."""
+    parts = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    names = tuple(dict.fromkeys(part.strip() for part in parts if part.strip()))
+    for name in names:
+        module, _, qualname = name.rpartition(":")
+        if not all(piece.isidentifier() for piece in (module.split(".") if module else []) + qualname.split(".")):
+            raise ConfigError(f"{source} has value {value!r}: {name!r} is not MODULE:QUALNAME.")
+    return names
 
 
 PASS_OVER_WORDS = ("batch", "unlimited")
@@ -239,6 +258,16 @@ def configure(**changes: Any) -> Settings:
             _given[name] = _checked(name, value, f"configure({name}=...)")
     _tell_watchers()
     return settings()
+
+
+def variable(name: str) -> str:
+    """The environment variable of setting `name` (`approve` -> `DAIFU_APPROVE`)."""
+    return _ENV[name]
+
+
+def given(name: str) -> bool:
+    """Whether setting `name` was given (in code or in the environment), rather than left to its default."""
+    return name in _given or bool(os.environ.get(_ENV[name]))
 
 
 def settings() -> Settings:

@@ -34,6 +34,8 @@ class RunState:
     accounts: per crash site, what its repairs passed over (`daifu.core.account.Account`).
     conversation: the console's `ask` rounds about the latest crash asked about
         (`daifu.console.ask.Conversation`).
+    launcher: the `daifu` command that started the program (`daifu run`), `None` when it started itself:
+        what DaiFu tells a person to set fits how they started it (`daifu.decide.hints`).
     """
 
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))
@@ -47,6 +49,7 @@ class RunState:
     distrusted: set[tuple[str, str, int]] = field(default_factory=set)
     accounts: dict[tuple[str, str, int], Any] = field(default_factory=dict)
     conversation: Any = None
+    launcher: str | None = None
 
     def reset(self) -> None:
         """Forget everything: the next crash is the run's first."""

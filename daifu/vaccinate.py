@@ -187,6 +187,7 @@ def _vaccinate(target: Any, caller: FrameType, module: dict[str, Any] | None = N
     record.program_begin()
     _load_crash_path()
     _arm_signals()
+    _warm_decision_layer()
     return target
 
 
@@ -198,6 +199,15 @@ def _arm_signals() -> None:
 
         signals.arm()
     config.watch(_arm_signals)
+
+
+def _warm_decision_layer() -> None:
+    """Load what automatic mode decides a crash with in the background (`daifu.decide.warm`), now if the
+    settings ask for it, else when `configure()` changes them to."""
+    from daifu.decide import warm
+
+    warm.start()
+    config.watch(warm.start)
 
 
 _CRASH_PATH = (

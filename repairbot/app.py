@@ -28,6 +28,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from fastapi_offline import FastAPIOffline
 from loguru import logger
 
@@ -187,8 +188,9 @@ def create_app(
 
     @app.get("/healthz", response_model=Health)
     async def healthz() -> Health:
-        """Whether the service answers, and whether its default backend can work now (no token needed)."""
-        info = get_backend(default_name).info()
+        """Whether the service answers, and whether its default backend can work now (no token needed):
+        configured, and its model endpoint reachable (probed in a worker thread: the loop stays free)."""
+        info = await run_in_threadpool(get_backend(default_name).info)
         return Health(
             status="ok" if info.available else "degraded",
             backend=default_name,
@@ -200,8 +202,9 @@ def create_app(
         "/v1/backends", response_model=BackendsResponse, dependencies=[Depends(authorized)], responses=_UNAUTHORIZED
     )
     async def list_backends() -> BackendsResponse:
-        """The backends this server can use, and whether each is configured to work now."""
-        return BackendsResponse(default=default_name, backends=[get_backend(n).info() for n in NAMES])
+        """The backends this server can use, and whether each can work now (configured, reachable)."""
+        infos = [await run_in_threadpool(get_backend(name).info) for name in NAMES]
+        return BackendsResponse(default=default_name, backends=infos)
 
     @app.post(
         "/v1/diagnose", response_model=DiagnoseResponse, dependencies=[Depends(authorized)], responses=_ANALYSIS_ERRORS

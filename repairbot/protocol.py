@@ -343,11 +343,13 @@ class SuggestResponse(DiagnoseResponse):
 
 
 class BackendInfo(BaseModel):
-    """A backend the server can use, and whether it is configured to work now."""
+    """A backend the server can use, and whether it can work now: configured, and (for a backend that
+    calls a model) its endpoint reachable: `reachable` is `None` where nothing was probed."""
 
     name: str
     available: bool
     detail: str
+    reachable: bool | None = None
 
 
 class BackendsResponse(BaseModel):

@@ -20,6 +20,12 @@ from repairbot.backends.registry import make_backend
 from repairbot.deadline import server_default
 
 
+GRACE_S = 2
+"""Seconds Ctrl-C waits for requests in flight before they are cancelled. A waiting process holds a long
+poll open (up to a minute), and one that died holds it to its end: uvicorn would wait for all of them. A
+cancelled poll costs nothing: a live process polls again, and the repair is still held until it is gone."""
+
+
 class _ThreadServer(uvicorn.Server):
     """A uvicorn server that leaves signal handlers to the main thread's owner."""
 
@@ -63,18 +69,23 @@ def serve(
         )
     chosen = make_backend(backend)
     info = chosen.info()
-    if not info.available:
+    if not info.available and info.reachable is not False:  # configured wrong: it never could
         raise ValueError(f"the {backend} backend cannot work: {info.detail}")
     seconds = deadline if deadline is not None else server_default()
     if not 0 < seconds <= 3600:
         raise ValueError(f"--deadline {seconds:g}: expected a number of seconds between 0 and 3600")
     ui_token = None if token else secrets.token_urlsafe(16)  # a person must prove something to decide a repair
+    if info.reachable is False:  # a model server that is not up yet may come: crashes get the rules meanwhile
+        logger.warning("Backend {}: {}; until it answers, crashes are answered by the rules engine", backend,
+                       info.detail)
+    else:
+        logger.info("Backend {}: {}", backend, info.detail)
     logger.info(
         "Repairs waiting for a decision (approve='remote'): http://{}:{}/ui — log in with {}",
         host, shown, "the service token (DAIFU_REPAIRBOT_TOKEN)" if token else f"this run's token {ui_token}",
     )
     uvicorn.run(create_app(chosen, token=token, deadline=seconds, ui_token=ui_token), host=host, port=port,
-                log_level="info")
+                log_level="info", timeout_graceful_shutdown=GRACE_S)
 
 
 def is_loopback(host: str) -> bool:

@@ -299,3 +299,24 @@ def test_a_callable_handed_on_is_judged_as_a_call_but_a_librarys_class_is_a_type
     for code in ("f = remove", "sorted(xs, key=remove)", "list(map(rmtree, xs))", "d = {'k': rmtree}"):
         verdict = check_safety(code, context)
         assert "a callable handed on is called" in str(verdict) and "reaches the system" in str(verdict), code
+
+
+def test_pure_objects_follow_the_numeric_modules_imported_and_never_a_rebound_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pure_objects` is read once while the same modules are loaded: a module imported later is read,
+    and a name the program rebinds to its own function afterwards does not inherit the old value's place."""
+    import statistics
+    import sys
+
+    from daifu.decide.allowlist_numeric import pure_objects
+
+    monkeypatch.delitem(sys.modules, "statistics")
+    assert id(statistics.median) not in pure_objects()
+    monkeypatch.setitem(sys.modules, "statistics", statistics)
+    assert pure_objects()[id(statistics.median)] == "statistics.median"
+
+    def median(values: Any) -> Any:  # the program's own: it may do anything
+        return values
+
+    monkeypatch.setattr(statistics, "median", median)
+    assert id(median) not in pure_objects()

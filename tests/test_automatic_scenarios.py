@@ -101,7 +101,7 @@ def assert_repaired_once(
     assert repair is repairs[0]
     assert repair["exception_type"] == exception, repair["exception_message"]
     assert repair["line"] == line_of(fn, text) and repair["function"] == fn.__qualname__
-    assert repair["decision"] == decision and repair["decided_by"] == "bot", repair
+    assert repair["decision"] == decision and repair["decided_by"] == "automatic" and repair["suggested_by"] == "bot", repair
     assert isinstance(repair["duration_ms"], float) and repair["duration_ms"] > 0
     answers = bot_answers(tmp_path)
     assert len(answers) == 1 and answers[0]["source"] == bot_url  # over HTTP, from the real service

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from dataclasses import replace
 from pathlib import Path
 from collections.abc import Iterator
@@ -68,6 +69,15 @@ def test_unreachable_server_falls_back_with_a_warning() -> None:
     answer = ask_bot(report_of(halves, [1, 2]), url, deadline=2)
     assert answer.source == "in-process" and answer.suggestions
     assert url in (answer.warning or "") and "ConnectError" in (answer.warning or "")
+
+
+def test_without_httpx_a_bot_url_falls_back_to_the_rules_engine_naming_the_extra(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "httpx", None)  # `import httpx` raises ImportError, as when not installed
+    url = f"http://127.0.0.1:{free_port()}"
+    answer = ask_bot(report_of(halves, [1, 2]), url, deadline=2)
+    assert answer.source == "in-process" and answer.suggestions
+    assert url in (answer.warning or "") and "pip install 'daifu[bot]'" in (answer.warning or "")
 
 
 def test_refused_token_falls_back_naming_the_status(bot: str, monkeypatch: pytest.MonkeyPatch) -> None:

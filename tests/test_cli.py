@@ -94,7 +94,8 @@ def test_show_lists_what_where_and_how_long(tmp_path: Path, capsys: pytest.Captu
     recorded(tmp_path, ENTRY, {**ENTRY, "decision": "Pass", "code": None, "duration_ms": 12000.0, "line": 20})
     assert cli.main(["show"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["#", "time", "function", "where", "exception", "decision", "by", "restore"]
+    assert [cell.strip() for cell in lines[0].split("  ") if cell.strip()] == [
+        "#", "time", "function", "where", "exception", "decision", "decided by", "suggested by", "restore"]
     assert lines[1].split() == [
         "1",
         "2026-01-02",
@@ -103,11 +104,34 @@ def test_show_lists_what_where_and_how_long(tmp_path: Path, capsys: pytest.Captu
         "train.py:12",
         "TypeError",
         "Surgery",
-        "console",
+        "person",  # an old record's `console`: a person decided, and suggested it too
+        "person",
         "12",
         "ms",
     ]
-    assert lines[2].split()[-4:] == ["Pass", "console", "12.0", "s"]
+    assert lines[2].split()[-5:] == ["Pass", "person", "person", "12.0", "s"]
+
+
+def test_show_says_who_decided_apart_from_who_suggested_and_the_wait_apart_from_the_restore(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recorded(
+        tmp_path,
+        {**ENTRY, "decided_by": "bot"},  # old records: the bot's, applied automatically...
+        {**ENTRY, "decided_by": "bot", "decided_by_person": "alice"},  # ... or by a person on the page
+        {**ENTRY, "decided_by": "person", "suggested_by": "bot", "decided_at": "approval page",
+         "decided_by_person": "bob", "duration_ms": 40.0, "waited_ms": 59700.0},
+        {**ENTRY, "decided_by": "automatic", "suggested_by": "bot"},
+    )
+    assert cli.main(["show"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [cell.strip() for cell in lines[0].split("  ") if cell.strip()][-4:] == [
+        "decided by", "suggested by", "restore", "wait for a person"]
+    assert [line.split()[7:] for line in lines[1:]] == [
+        ["automatic", "bot", "12", "ms", "-"],
+        ["alice", "bot", "12", "ms", "-"],
+        ["bob", "bot", "40", "ms", "59.7", "s"],
+        ["automatic", "bot", "12", "ms", "-"],
+    ]
 
 
 def test_show_without_a_record_says_so(capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,3 +161,38 @@ def test_the_console_script_is_installed(tmp_path: Path) -> None:
     assert result.returncode == 0 and "replay" in result.stdout
     result = subprocess.run([DAIFU, "nonsense"], capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 2
+
+
+def test_a_crash_let_through_shows_the_users_frames_and_none_of_the_launchers(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [DAIFU, "run", program("plain.py")],
+        env=child_env(tmp_path),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    traceback = result.stderr[result.stderr.index("Traceback (most recent call last):"):]
+    frames = [line.strip() for line in traceback.splitlines() if line.strip().startswith("File ")]
+    assert result.returncode == 1, result.stderr
+    assert frames[0] == f'File "{program("plain.py")}", line 19, in <module>', frames
+    assert not [frame for frame in frames if "daifu/cli" in frame or "bin/daifu" in frame], frames
+    assert f'File "{program("plain.py")}", line 7, in scale' in frames[-1]
+    assert traceback.rstrip().endswith("TypeError: unsupported operand type(s) for *: 'NoneType' and 'int'")
+
+
+@pytest.mark.parametrize("command", [["show"], ["report", "1"], ["--help"]])
+def test_a_command_piped_into_head_ends_quietly(tmp_path: Path, command: list[str]) -> None:
+    recorded(tmp_path, *[{**ENTRY, "repair": n, "code": "def main():\n" + "    pass\n" * 20000} for n in (1, 2)])
+    result = subprocess.run(
+        f"{' '.join([DAIFU, *command])} | head -2",
+        shell=True,
+        env=child_env(tmp_path, DAIFU_WORKSPACE=str(tmp_path / "daifu_workspace")),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert len(result.stdout.splitlines()) == 2 and result.stderr == "", result.stderr

@@ -76,7 +76,8 @@ def test_surgery_resumes_at_the_faulty_statement_with_the_state_kept(tmp_path: P
     assert "FINAL total=10 seen=[1, 2, '3', 4] trace=None" in out
     assert terminal.status == 0
     record = [json.loads(line) for line in (terminal.workspace / "repairs.jsonl").read_text().splitlines()]
-    assert [(r["decision"], r["decided_by"]) for r in record] == [("Surgery", "console")]
+    assert [(r["decision"], r["decided_by"], r["suggested_by"], r["decided_at"]) for r in record] == [
+        ("Surgery", "person", "person", "console")]
 
 
 def test_action_runs_in_the_faulty_frame_then_retries(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ offline, the embedded rules engine answers in the program itself."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,11 +117,15 @@ def test_ask_answers_the_question_offers_tried_suggestions_and_applies_the_chose
     out = terminal.leave("q")
     assert "Leaving the console with Surgery: the new main resumes at" in out
     assert "FINAL total=10 seen=[1, 2, '3', 4] trace=None" in out  # resumed at the faulty statement, state kept
+    assert "Surgery `total = total + int(item)` (by a person at the console, suggested by bot)" in out, out
+    assert re.search(r"resumed in [\d.]+ ms, after [\d.]+ s waiting for a person", out), out
     assert terminal.status == 0
     assert len(llm.requests) == 1
     assert "The person at the console now asks: why does adding the item fail?" in llm.prompts[0]
     records = [json.loads(line) for line in (tmp_path / "ws" / "repairs.jsonl").read_text().splitlines()]
-    assert [(r["decision"], r["decided_by"]) for r in records] == [("Surgery", "console")]
+    assert [(r["decision"], r["decided_by"], r["suggested_by"], r["decided_at"]) for r in records] == [
+        ("Surgery", "person", "bot", "console")]  # a person decided at the console, on the bot's suggestion
+    assert records[0]["waited_ms"] > 0
     answers = [json.loads(line) for line in (tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text().splitlines()]
     assert answers[0]["transcript"]["messages"] == llm.requests[0]["messages"]
     assert answers[0]["answer"].startswith(MARK + ANSWER)

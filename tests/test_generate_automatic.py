@@ -114,8 +114,8 @@ def test_a_crash_no_rule_knows_is_repaired_by_a_generated_edit_chosen_by_trial(a
     daifu.transform(fresh(train_with_accuracy))(model, optimizer, x, y, 3, accuracies)
 
     repairs = automatic()
-    assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [
-        ("AttributeError", "Surgery", "bot")]
+    assert [(r["exception_type"], r["decision"], r["decided_by"], r["suggested_by"]) for r in repairs] == [
+        ("AttributeError", "Surgery", "automatic", "bot")]
     assert "predicted = logits.max(dim=1)[1]" in repairs[0]["code"] or "(predicted[1] == y_all)" in repairs[0]["code"]
     assert [t["verdict"] for t in repairs[0]["trials"]] == ["completed"]  # the first candidate passed its trial
     answer = answers(tmp_path)[0]

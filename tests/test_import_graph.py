@@ -24,7 +24,7 @@ PACKAGES = ("daifu", "repairbot")
 
 DAIFU_LAYERS: tuple[tuple[str, ...], ...] = (
     ("daifu", "daifu.__main__", "daifu.cli"),  # the entry points: the package's public names, the command
-    ("daifu.vaccinate",),  # where the runtime meets the layers above it: it assembles them
+    ("daifu.vaccinate", "daifu.targets", "daifu.frameworks"),  # where the runtime meets the layers above it: it assembles them
     ("daifu.console",),  # a person decides
     ("daifu.decide",),  # who decides: the chain, the bot client, the verification stage
     ("daifu.rescue",),  # what is saved of a run nothing repaired

@@ -66,7 +66,7 @@ def same(a: Any, b: Any) -> bool:
 
 def repaired(repairs: list[dict[str, Any]], error: str, fn: Callable[..., Any]) -> list[str]:
     """The lines the one repair of `repairs` changed, after checking it was the bot's surgery for `error`."""
-    assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [(error, "Surgery", "bot")]
+    assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [(error, "Surgery", "automatic")]
     old = {line.strip() for line in inspect.getsource(fn).splitlines()}
     return [line.strip() for line in repairs[0]["code"].splitlines() if line.strip() not in old]
 
@@ -174,6 +174,20 @@ def test_a_near_key_holding_another_kind_of_value_is_not_taken_for_the_wanted_on
     assert ["scores.append(metrics['acc_val'])"] in scalar
     history = generated_lines(append_accuracy, {"acc_val": [0.5, 0.75], "loss": 0.3}, [0.5])
     assert not any("acc_val" in line for lines in history for line in lines)  # a list, where a number belongs
+
+
+def append_to_history(history, accuracy):
+    history["val_acc"].append(accuracy)
+
+
+def test_a_key_shortened_is_the_key_the_history_holds_not_a_new_list() -> None:
+    """`val_acc` asked of a history holding `val_accuracy`: the list the program reads later is the one
+    appended to, first; a new list under the short name (`setdefault`) would leave it empty."""
+    history = {"loss": [0.5], "val_loss": [0.4], "val_accuracy": [0.7]}
+    lines = generated_lines(append_to_history, history, 0.75)
+    assert lines and lines[0] == ["history['val_accuracy'].append(accuracy)"], lines
+    unrelated = generated_lines(append_to_history, {"loss": [0.5], "val_loss": [0.4]}, 0.75)
+    assert not any("val_loss" in line for found in unrelated for line in found), unrelated
 
 
 # -- an attribute or a name mistyped ---------------------------------------------------------------------

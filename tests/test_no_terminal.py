@@ -36,8 +36,8 @@ add_all([1, "2"])
 """
 
 HINT = (
-    'To let DaiFu act: daifu.configure(mode="automatic", approve="auto"), a policy (daifu.set_policy), '
-    "or `daifu replay`."
+    'To let DaiFu act: DAIFU_MODE=automatic DAIFU_APPROVE=auto (in the environment) or '
+    'daifu.configure(mode="automatic", approve="auto") (in code), a policy (daifu.set_policy), or `daifu replay`.'
 )
 
 
@@ -79,6 +79,38 @@ def test_approve_ask_says_once_that_its_suggestions_were_not_applied(tmp_path: P
     lines = declined_lines(done.stderr)
     assert len(lines) == 1, done.stderr
     assert "approve='ask' needs a person at a terminal, and none is there" in lines[0]
-    assert lines[0].endswith('To let DaiFu act: approve="auto" (verified repairs only), approve="remote" (a person '
-                             'in a browser), or a policy.')
+    assert lines[0].endswith(
+        'To let DaiFu act: DAIFU_APPROVE=auto (in the environment) or daifu.configure(approve="auto") (in code) '
+        '(verified repairs only), DAIFU_APPROVE=remote (in the environment) or daifu.configure(approve="remote") '
+        '(in code) (a person in a browser), or a policy.'), lines[0]
+    assert "is the default" not in lines[0]  # approve was given
     assert done.stderr.rstrip().endswith("TypeError: unsupported operand type(s) for +: 'int' and 'str'")
+
+
+def test_under_daifu_run_the_hint_names_only_what_the_shell_can_set(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(PROGRAM.format(configure="")))
+    done = subprocess.run([sys.executable, "-m", "daifu", "run", "--entry", "add_all", str(script)],
+                          env=child_env(tmp_path), cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    lines = declined_lines(done.stderr)
+    assert len(lines) == 1 and lines[0].endswith(
+        "To let DaiFu act: DAIFU_MODE=automatic DAIFU_APPROVE=auto, a policy (daifu.set_policy), or `daifu replay`."
+    ), done.stderr
+
+
+def test_automatic_mode_alone_says_that_approve_defaults_to_ask(tmp_path: Path) -> None:
+    pytest.importorskip("httpx")  # the repair bot's client
+    pytest.importorskip("pydantic")
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(PROGRAM.format(configure="")))
+    done = subprocess.run([sys.executable, str(script)], env=child_env(tmp_path, DAIFU_MODE="automatic"),
+                          cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT)
+    lines = declined_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert ("approve='ask' needs a person at a terminal, and none is there (`ask` is the default: without a "
+            "person, only approve='auto' applies a repair)") in lines[0]
+    assert lines[0].endswith(
+        'To let DaiFu act: DAIFU_APPROVE=auto (in the environment) or daifu.configure(approve="auto") (in code) '
+        '(verified repairs only), DAIFU_APPROVE=remote (in the environment) or daifu.configure(approve="remote") '
+        '(in code) (a person in a browser), or a policy.'), lines[0]

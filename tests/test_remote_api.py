@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -439,9 +442,13 @@ def test_a_decision_through_the_api_repairs_the_waiting_run(url: str, tmp_path: 
         assert state.json()["status"] == "decided" and state.json()["decided_by"] == "ops"
         assert running.finish() == 0
     assert running.result() == fixed_result()
-    assert "ops decided remotely after" in running.stderr and "(by ops, remotely)" in running.stderr
+    assert "ops decided remotely after" in running.stderr
+    assert "(by ops on the approval page, suggested by bot)" in running.stderr
+    assert "waiting for a person" in running.stderr
     record = [json.loads(line) for line in (tmp_path / "daifu_workspace" / "repairs.jsonl").read_text().splitlines()]
-    assert [(r["decision"], r["decided_by"], r["decided_by_person"]) for r in record] == [("Surgery", "bot", "ops")]
+    assert [(r["decision"], r["decided_by"], r["suggested_by"], r["decided_at"], r["decided_by_person"])
+            for r in record] == [("Surgery", "person", "bot", "approval page", "ops")]
+    assert record[0]["waited_ms"] > 0
 
 
 def total(items):
@@ -537,3 +544,34 @@ def test_without_a_service_the_process_falls_back_at_once(capsys: pytest.Capture
         daifu.transform(fresh(cast(FunctionType, halves)))([1, 2, 3, 4])
     err = capsys.readouterr().err
     assert "approve='remote' needs a repair bot service to wait on" in err and "the exception goes on" in err
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_ctrl_c_on_serve_returns_though_a_dead_jobs_poll_is_still_held(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAIFU_")}
+    env.update(DAIFU_REPAIRBOT_TOKEN=TOKEN, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    server = subprocess.Popen([sys.executable, "-m", "daifu", "serve", "--port", "0"], env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        said = ""
+        assert server.stdout is not None
+        while not (running_on := re.search(r"running on (http://127\.0\.0\.1:\d+)", said)):
+            line = server.stdout.readline()
+            assert line, said
+            said += line
+        with job(running_on.group(1), tmp_path) as dead:
+            dead.pending()
+            time.sleep(1.0)  # its long poll (POLL_S) is held by the service
+            dead.kill()  # a job that died while waiting: nobody will ever end its poll
+        interrupted = time.monotonic()
+        server.send_signal(signal.SIGINT)
+        said += server.communicate(timeout=POLL_S * 3)[0]
+        took = time.monotonic() - interrupted
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    # uvicorn waits for requests in flight; the dead job's poll would have held it to its end (POLL_S)
+    assert "timeout graceful shutdown exceeded" in said and server.returncode == 0, said[-3000:]
+    assert took < POLL_S, took

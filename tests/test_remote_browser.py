@@ -101,7 +101,7 @@ def test_reject_lets_the_original_exception_go_on(url: str, context: Any, tmp_pa
         "RuntimeError: Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
     assert f'remote_training.py", line {FAULTY_LINE}, in train' in running.stderr  # the original traceback
     assert "bob decided remotely after" in running.stderr and "reject" in running.stderr
-    assert "not repaired (bob, remotely)" in running.stderr
+    assert "not repaired (bob on the approval page)" in running.stderr
     assert "reject: the exception goes on" in page.inner_text("#status")
 
 

@@ -9,6 +9,7 @@ for local servers. The reply styles themselves are in `tests/test_llm_styles.py`
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ import httpx
 
 from repairbot.protocol import Attempt, CrashReport
 from repairbot.backends.openai import OpenAIBackend, forget_capabilities
+from repairbot import reach
 from repairbot.server import start_in_thread
 from tests.fakellm import FakeLLM, Reply, openai_error
 from tests.llmcases import Case, cases
@@ -54,6 +56,7 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("DAIFU_OPENAI_MODEL", raising=False)
     monkeypatch.delenv("DAIFU_BOT_DEADLINE", raising=False)
     forget_capabilities()
+    reach.forget()
     yield
     forget_capabilities()
 
@@ -146,6 +149,43 @@ def test_serve_refuses_to_start_an_openai_backend_without_a_model(tmp_path: Path
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 2 and "set it to the name of the model" in done.stderr, done.stderr
+
+
+def health(backend: OpenAIBackend) -> dict[str, Any]:
+    url, stop = start_in_thread(backend)
+    try:
+        return httpx.get(f"{url}/healthz", timeout=30).json()  # type: ignore[no-any-return]
+    finally:
+        stop()
+
+
+def test_health_says_an_unreachable_model_endpoint_is_unavailable() -> None:
+    reply = health(OpenAIBackend(base_url="http://127.0.0.1:9/v1", model="test-model"))
+    assert reply["status"] == "degraded" and reply["available"] is False, reply
+    assert reply["detail"].startswith("model test-model at http://127.0.0.1:9/v1: unreachable: cannot connect to "
+                                      "127.0.0.1:9"), reply
+    with FakeLLM([good(cases()["train"])]) as llm:
+        reply = health(OpenAIBackend(base_url=llm.url, model="test-model"))
+    assert reply == {"status": "ok", "backend": "openai", "available": True,
+                     "detail": f"model test-model at {llm.url}"}, reply
+
+
+def test_serve_names_the_backend_and_its_model_and_starts_though_the_endpoint_is_down(tmp_path: Path) -> None:
+    env = child_env(tmp_path, DAIFU_OPENAI_BASE_URL="http://127.0.0.1:9/v1", DAIFU_OPENAI_MODEL="llama3.1:8b")
+    server = subprocess.Popen([sys.executable, "-m", "daifu", "serve", "--backend", "openai", "--port", "0"],
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    try:
+        said = ""
+        assert server.stdout is not None
+        while "Application startup complete" not in said and server.poll() is None:
+            said += server.stdout.readline()
+    finally:
+        server.send_signal(signal.SIGINT)
+        said += server.communicate(timeout=60)[0]
+    assert ("Backend openai: model llama3.1:8b at http://127.0.0.1:9/v1: unreachable: cannot connect to 127.0.0.1:9"
+            in said), said
+    assert "until it answers, crashes are answered by the rules engine" in said and server.returncode == 0, said
 
 
 def test_an_unknown_model_reports_the_servers_own_message(train: Case) -> None:

@@ -92,7 +92,7 @@ def test_mode_replay_reapplies_the_recorded_run(tmp_path: Path) -> None:
     result = run_without_terminal(tmp_path, DAIFU_MODE="replay")
     assert "FINAL total=10 seen=[1, 2, 3, 4]" in result.stdout, result.stderr
     entries = [json.loads(line) for line in (tmp_path / "ws" / "repairs.jsonl").read_text().splitlines()]
-    assert [(e["decision"], e["decided_by"]) for e in entries] == [("Action", "console"), ("Action", "replay")]
+    assert [(e["decision"], e["decided_by"]) for e in entries] == [("Action", "person"), ("Action", "replay")]
     again = run_without_terminal(tmp_path, DAIFU_MODE="replay")  # the replayed run is not what is replayed
     assert "FINAL total=10 seen=[1, 2, 3, 4]" in again.stdout, again.stderr
 

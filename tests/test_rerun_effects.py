@@ -148,3 +148,20 @@ def test_a_fix_above_statements_with_effects_needs_a_person(
     err = capsys.readouterr().err
     refusal = next(line for line in err.splitlines() if "without a person" in line)
     assert "resumes above the crash" in refusal and said in refusal, refusal
+
+
+def test_a_fix_inserted_above_the_crash_runs_once_and_is_applied(bot, tmp_path: Path) -> None:
+    """`labels = labels.long()` inserted above the crash reads the name it writes; it never ran before, so
+    nothing was changed twice: applied, and the run ends as the program fixed the same way."""
+    scripted, url = bot
+    inserted = "        labels = labels.long()\n"
+    anchor = "        scores = model(x)\n"
+    source = inspect.getsource(fit_plain)
+    scripted.suggestions = [Suggestion(kind="surgery", code=source.replace(anchor, inserted + anchor),  # type: ignore[arg-type]
+                                       explanation="Class indices are integers.", confidence=0.9)]
+    loss, model, _ = run(fit_plain, "plain", url, tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(source.replace(anchor, inserted + anchor), fit_plain.__globals__, namespace)
+    plain_loss, plain_model, _ = run(namespace["fit_plain"], "plain", None, tmp_path)
+    assert loss == plain_loss
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), plain_model.parameters(), strict=True))

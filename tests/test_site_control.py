@@ -110,8 +110,8 @@ def test_a_sample_the_loader_cannot_make_is_passed_over_with_its_batch(automatic
     steps = daifu.transform(fresh(fit))(model, optimizer, loader, 1)
 
     repairs = automatic()
-    assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [
-        ("JSONDecodeError", "Retry", "bot")
+    assert [(r["exception_type"], r["decision"], r["decided_by"], r["suggested_by"]) for r in repairs] == [
+        ("JSONDecodeError", "Retry", "automatic", "bot")
     ]
     assert steps == 5  # 6 batches, the one holding sample 9 passed over
     plain_model, plain_optimizer = model_and_optimizer()
@@ -164,7 +164,7 @@ def test_a_print_that_fails_is_skipped_and_training_is_unchanged(automatic) -> N
     history = daifu.transform(fresh(fit_printing))(model, optimizer, good.x, good.y, {"loss": []})
 
     repairs = automatic()
-    assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [("KeyError", "Skip", "bot")]
+    assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [("KeyError", "Skip", "automatic")]
     plain_model, plain_optimizer = model_and_optimizer()
     assert fit_quiet(plain_model, plain_optimizer, good.x, good.y, {"loss": []}) == history
     assert same_parameters(model, plain_model)
@@ -175,8 +175,8 @@ def test_a_batch_of_one_into_batch_norm_is_passed_over_like_drop_last(automatic)
     steps = daifu.transform(fresh(fit))(model, optimizer, data.DataLoader(Shards(9, bad=None), batch_size=4), 1)
 
     repairs = automatic()
-    assert [(r["exception_type"], r["decision"], r["decided_by"]) for r in repairs] == [
-        ("ValueError", "SkipIteration", "bot")
+    assert [(r["exception_type"], r["decision"], r["decided_by"], r["suggested_by"]) for r in repairs] == [
+        ("ValueError", "SkipIteration", "automatic", "bot")
     ]
     plain_model, plain_optimizer = model_and_optimizer()
     dropped = data.DataLoader(Shards(9, bad=None), batch_size=4, drop_last=True)

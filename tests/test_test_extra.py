@@ -25,6 +25,9 @@ RUN_BY_TESTS = ("tests", "examples", "DLFailureBenchmark")
 """The folders whose code the suite imports or launches (`benchmarks/` is not run by it)."""
 INSTALLED_BESIDE = {"torch"}
 """Installed by the README's command next to the extra, never by an extra (tests/test_readme.py)."""
+OPTIONAL = {"frameworks": "tests/programs/frameworks/"}
+"""Extras the `test` extra leaves out (CI installs them apart), and the one folder whose programs may
+import what they name: tests/test_frameworks.py runs those programs, and skips when one is missing."""
 
 
 def _imported(tree: ast.AST) -> Iterator[str]:
@@ -112,5 +115,17 @@ def test_every_package_the_suite_imports_is_in_the_test_extra() -> None:
         module: sorted(files)
         for module, files in third_party_imports().items()
         if module not in INSTALLED_BESIDE and _distribution_of(module) not in extra_names()
+        and not _optional(_distribution_of(module), files)
     }
     assert missing == {}, f"imported by the suite, installed by no extra: {missing}"
+
+
+def _optional(distribution: str, files: set[str]) -> bool:
+    """Whether `distribution` comes with an extra of `OPTIONAL`, imported only by that extra's folder."""
+    return any(distribution in extra_names(extra) and all(f.startswith(folder) for f in files)
+               for extra, folder in OPTIONAL.items())
+
+
+def test_the_frameworks_are_not_in_the_test_extra() -> None:
+    """CI time: the `test` extra pulls no framework; their programs alone import them."""
+    assert not extra_names("frameworks") & extra_names()

@@ -173,7 +173,7 @@ def test_automatic_mode_with_the_embedded_bot_applies_no_repair_that_passes_over
             model = None
         assert model is None or accuracy(model) > 0.9, "a repair trained on a class's rows left out"
     said = capfd.readouterr().err
-    assert "not applying the bot's" in said and "passes over work in" in said, said
+    assert "of the repair bot" in said and "refused: it passes over work in" in said, said
     for line in (tmp_path / "ws" / "repairs.jsonl").read_text().splitlines():
         applied = json.loads(line).get("code") or ""
         assert "continue" not in applied and "_daifu_keep" not in applied, applied

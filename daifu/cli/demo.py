@@ -33,6 +33,7 @@ from torch.nn import functional as F
 
 import daifu
 from daifu.state import RUN
+from daifu.store import credit
 
 EPOCHS = 4
 BATCHES = 10
@@ -152,7 +153,7 @@ def _summary(steps: int, planned: int, log: list[tuple[int, int, float]], elapse
     for number, repair in enumerate(repairs, 1):
         tell(
             f"  {number}. {repair['exception_type']} at {Path(repair['file']).name}:{repair['line']} "
-            f"-> {repair['decision']} from the {repair['decided_by']}"
+            f"-> {repair['decision']} from the {credit.read(repair)[1]}"
         )
 
 

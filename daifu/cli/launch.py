@@ -15,7 +15,9 @@ import sys
 import tokenize
 import types
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from daifu import frameworks
 
 DEFAULT_ENTRY = "main"
 
@@ -24,10 +26,12 @@ class LaunchError(Exception):
     """The script cannot be run as asked; the message names the script and says why."""
 
 
-def vaccinated_code(script: Path, entries: Sequence[str]) -> tuple[types.CodeType, list[str]]:
+def vaccinated_code(script: Path, entries: Sequence[str],
+                    profiles: Sequence[str] = ()) -> tuple[types.CodeType, list[str]]:
     """The script's code with `entries` vaccinated, and the names vaccinated.
 
     With no `entries`, `main` is vaccinated if the script defines it. `Class.method` names a method.
+    The `profiles` (`daifu.frameworks`) add the script's functions they name.
     """
     try:
         with tokenize.open(script) as stream:  # honours the script's coding declaration
@@ -39,6 +43,7 @@ def vaccinated_code(script: Path, entries: Sequence[str]) -> tuple[types.CodeTyp
     except SyntaxError as error:
         raise LaunchError(f"{script}, line {error.lineno}: {error.msg}") from None
     names = list(entries) or ([DEFAULT_ENTRY] if _find(tree, DEFAULT_ENTRY) else [])
+    names += [name for profile in profiles for name in frameworks.script_functions(profile, tree) if name not in names]
     spellings = _transform_spellings(tree)
     for name in names:
         node = _find(tree, name)
@@ -50,18 +55,32 @@ def vaccinated_code(script: Path, entries: Sequence[str]) -> tuple[types.CodeTyp
     return compile(tree, str(script), "exec", dont_inherit=True), names
 
 
-def run_as_main(code: types.CodeType, script: Path, argv: Sequence[str]) -> None:
+def run_as_main(code: types.CodeType, script: Path, argv: Sequence[str],
+                before: Callable[[], None] | None = None) -> None:
     """Run `code` as the `__main__` module of `script`, with `sys.argv` and `sys.path[0]` as
-    `python script.py argv...` would set them; both and `__main__` are restored afterwards."""
+    `python script.py argv...` would set them; both and `__main__` are restored afterwards.
+    `before` is called once they are set, before the script's first statement."""
     module = types.ModuleType("__main__")
     module.__file__ = str(script)
     module.__builtins__ = builtins  # type: ignore[attr-defined]
     saved = sys.modules["__main__"], sys.argv, sys.path[0]
     sys.modules["__main__"], sys.argv, sys.path[0] = module, [str(script), *argv], str(script.parent)
     try:
+        if before is not None:
+            before()
         exec(code, module.__dict__)
     finally:
         sys.modules["__main__"], sys.argv, sys.path[0] = saved
+
+
+def script_traceback(traceback: types.TracebackType | None,
+                     code: types.CodeType) -> types.TracebackType | None:
+    """`traceback` from the script's own module frame (running `code`) on, as `python script.py` would
+    show it; whole when it never reached the script (the launcher failed: those frames are the story)."""
+    found = traceback
+    while found is not None and found.tb_frame.f_code is not code:
+        found = found.tb_next
+    return found or traceback
 
 
 def _find(tree: ast.Module, name: str) -> ast.FunctionDef | None:

@@ -2,26 +2,34 @@
 
 Exit status: 0 when all went well, 2 for a usage error (a missing script, an unknown function,
 a repair number that is not in the record), 1 when a part that is not installed was asked for.
-`daifu run` ends as the script does: its exceptions and `sys.exit` pass through.
+`daifu run` ends as the script does: its `sys.exit` passes through, and an exception it lets through
+is printed as `python script.py` prints it, from the script's own frames, with status 1. Output
+piped into a reader that stops early (`daifu report 1 | head -2`) ends quietly, with the status a
+Unix tool killed by SIGPIPE has (141).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 
 import daifu
-from daifu import config
+from daifu import config, frameworks, targets
 from daifu.cli import launch
-from daifu.store import repairs
+from daifu.say import say
+from daifu.store import credit, repairs
 from daifu.store.lines import read_objects
 from daifu.report.redact import redact
+from daifu.state import RUN
 
 USAGE_ERROR = 2
+CLOSED_PIPE = 128 + signal.SIGPIPE
 RECORD_HELP = "a repairs.jsonl file or a workspace folder (default: the workspace, every rank)"
 
 
@@ -29,7 +37,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `daifu` console script; returns the exit status."""
     args = _parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    try:
+        status = handler(args)
+        sys.stdout.flush()  # inside the `try`: what is still buffered may meet the closed pipe too
+    except BrokenPipeError:
+        if args.handler is _run:  # the script's own output: its exception, printed as Python would
+            raise
+        _silence_stdout()
+        return CLOSED_PIPE
+    return status
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,11 +58,27 @@ def _parser() -> argparse.ArgumentParser:
     ):
         command = commands.add_parser(name, help=text, description=text)
         command.add_argument(
-            "--entry",
+            "--vaccinate",
             action="append",
             default=[],
-            metavar="NAME",
-            help="a function to vaccinate, top-level or Class.method; repeatable (default: main)",
+            metavar="MODULE:QUALNAME",
+            help="a function or method to vaccinate before the script runs: of an installed package "
+            "(transformers.trainer:Trainer.training_step; a method covers its overrides in subclasses) or of "
+            "the script (__main__:MLP.training_step, or just MLP.training_step); repeatable, added to "
+            "$DAIFU_VACCINATE (default: the script's main)",
+        )
+        command.add_argument(
+            "--entry", action="append", dest="vaccinate", metavar="NAME",
+            help="the same as --vaccinate __main__:NAME (kept for earlier command lines)",
+        )
+        command.add_argument(
+            "--framework",
+            action="append",
+            default=[],
+            choices=sorted(frameworks.PROFILES),
+            help="vaccinate the functions a framework's training loop runs: hf (Trainer.training_step, "
+            "compute_loss), lightning (every LightningModule's training_step), accelerate (the script's "
+            "functions that call .backward); repeatable",
         )
         command.add_argument("script", type=Path, help="the Python script to run")
         command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -109,19 +141,50 @@ def _run(args: argparse.Namespace) -> int:
     if not script.is_file():
         return _usage_error(f"daifu {command}: no such script: {args.script}")
     try:
-        code, names = launch.vaccinated_code(script, args.entry)
+        named = [targets.parse(text) for text in (*config.settings().vaccinate, *args.vaccinate)]
+    except (targets.TargetError, config.ConfigError) as error:
+        return _usage_error(f"daifu {command}: {error}")
+    in_script = [target.qualname for target in named if target.module == targets.SCRIPT]
+    try:
+        code, names = launch.vaccinated_code(script, in_script, args.framework)
     except launch.LaunchError as error:
         return _usage_error(f"daifu {command}: {error}")
-    if not names:
+    if not names and not args.framework and len(in_script) == len(named):
         print(
             f"daifu {command}: {script.name} defines no main(); only what it decorates itself is vaccinated "
-            "(--entry NAME names a function)",
+            "(--vaccinate NAME names a function)",
             file=sys.stderr,
         )
     if args.replay:
         config.configure(mode="replay")
-    launch.run_as_main(code, script, args.args)
+    in_packages = [target for target in named if target.module != targets.SCRIPT]
+    found = [f"{targets.SCRIPT}:{name}" for name in names if name not in in_script and name != launch.DEFAULT_ENTRY]
+    RUN.launcher = f"daifu {command}"
+    try:
+        launch.run_as_main(code, script, args.args,
+                           before=lambda: _vaccinate_packages(in_packages, args.framework, found))
+    except SystemExit:
+        raise
+    except BaseException as error:  # what `python script.py` would print: none of this launcher's frames
+        shown = launch.script_traceback(error.__traceback__, code)
+        sys.excepthook(type(error), error.with_traceback(shown), shown)  # Python prints the exception's own
+        return 130 if isinstance(error, KeyboardInterrupt) else 1
     return 0
+
+
+def _vaccinate_packages(named: Sequence[targets.Target], profiles: Sequence[str], found: Sequence[str]) -> None:
+    """Vaccinate the functions of installed packages that were named, or that the profiles name, with
+    the script's folder first on `sys.path` as the script will see it; a name that does not resolve
+    ends the command as a usage error, before the script runs. `found`: the script's functions the
+    profiles found, said with them."""
+    try:
+        done = [*found, *(name for profile in profiles for name in frameworks.apply(profile))]
+        done += [name for target in named for name in targets.vaccinate_target(target)]
+    except targets.TargetError as error:
+        print(f"daifu run: {error}", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR) from None
+    if done:
+        say(f"vaccinated {', '.join(done)}")
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -156,7 +219,10 @@ def _table(entries: list[dict[str, Any]], passed: list[str] | None = None) -> No
         return
     ranked = any(entry.get("rank") is not None for entry in entries)
     passed = passed if passed is not None and any(passed) else None
-    header: tuple[str, ...] = ("#", "time", "function", "where", "exception", "decision", "by", "restore")
+    waited = any(isinstance(entry.get("waited_ms"), (int, float)) for entry in entries)
+    header: tuple[str, ...] = ("#", "time", "function", "where", "exception", "decision", "decided by",
+                               "suggested by", "restore")
+    header += ("wait for a person",) if waited else ()
     header += ("passed over",) if passed else ()
     rows = [header + (("rank",) if ranked else ())]
     for index, entry in enumerate(entries, 1):
@@ -168,15 +234,23 @@ def _table(entries: list[dict[str, Any]], passed: list[str] | None = None) -> No
                 f"{Path(str(entry.get('file', '?'))).name}:{entry.get('line', '?')}",
                 str(entry.get("exception_type", "?")),
                 str(entry.get("decision", "?")),
-                str(entry.get("decided_by", "")),
+                *_credit(entry),
                 _duration(entry.get("duration_ms")),
             )
+            + ((_duration(entry.get("waited_ms")),) if waited else ())
             + ((passed[index - 1] or "-",) if passed else ())
             + ((str(entry.get("rank", "")),) if ranked else ())
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _credit(entry: dict[str, Any]) -> tuple[str, str]:
+    """Who decided (a person by the name the approval page gave) and who suggested, old records too."""
+    decided_by, suggested_by = credit.read(entry)
+    name = entry.get("decided_by_person")
+    return (str(name) if decided_by == credit.PERSON and name else decided_by or "-"), suggested_by or "-"
 
 
 def _plot(entries: list[dict[str, Any]], workspace: Path, path: Path) -> int:
@@ -336,6 +410,14 @@ def _duration(milliseconds: Any) -> str:
     if not isinstance(milliseconds, (int, float)):
         return "-"
     return f"{milliseconds:.0f} ms" if milliseconds < 10_000 else f"{milliseconds / 1000:.1f} s"
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so that flushing it at exit meets no closed pipe again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind it (a test's capture): nothing flushes there
+        pass
 
 
 def _usage_error(message: str) -> int:

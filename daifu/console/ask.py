@@ -55,6 +55,7 @@ def ask(crash: Crash, context: RepairContext, number: int, question: str,
         tried = len(stage.to_try(found))
         show(f"Trying {tried} of its {usable} usable suggestion{'s' if usable > 1 else ''} on a copy of the run...")
     options = stage.for_a_person(found)
+    context.shown.extend(c.decision for c in options)  # the one applied is credited to the bot
     record_answer(context, report, answer, found)
     if options:
         decision = choose(stage, diagnosis_text(answer.diagnosis), options)

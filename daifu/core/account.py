@@ -41,7 +41,7 @@ JUMPS = {ast.Continue: "continue", ast.Break: "break", ast.Return: "return"}
 HOW = {"skip": "a skipped statement", "skip-iteration": "a skipped iteration", "skip-loop": "a loop ended early",
        "next-item": "an item the loop failed to load", "continue": "the `continue` it introduced",
        "break": "the `break` it introduced", "return": "the `return` it introduced",
-       "rows": "rows a changed statement dropped"}
+       "rows": "rows a changed statement dropped", "skip-step": "a framework's step that passed over its batch"}
 """What each kind of firing (`Firing.how`) is, in words."""
 
 
@@ -49,7 +49,8 @@ HOW = {"skip": "a skipped statement", "skip-iteration": "a skipped iteration", "
 class Firing:
     """One time a repair passed over work.
 
-    how: what passed it over (`skip`, `skip-iteration`, `next-item`, `continue`, `break`, `return`, `rows`).
+    how: what passed it over (`skip`, `skip-iteration`, `next-item`, `continue`, `break`, `return`, `rows`,
+        `skip-step`: a `SkipIteration` that ended a framework's step, `daifu.targets`).
     samples: the samples passed over; `None`: they cannot be told (said as unknown).
     steps: the iterations it passed over, in whole or in part.
     statements: the statements of the iteration it kept from running.

@@ -9,7 +9,7 @@ in the `Crash`, which they only read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableSequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,6 +50,8 @@ class RepairContext:
         `!x = 1`): the locals to resume with, instead of the snapshot taken at the crash.
     tried: what was tried on this crash (`Crash.tried` reads the same list); deciders add to it
         through `note_tried`, the runtime adds each refusal and the decision applied.
+    shown: the repair bot's suggestions a person was shown for this crash (the approval prompt, the
+        page, the console's `ask`): a person's decision among them was suggested by the bot.
     """
 
     settings: Settings
@@ -57,6 +59,7 @@ class RepairContext:
     tried: MutableSequence[tuple[str, str]]
     watch: Callable[[FrameType], bool] | None = None
     edited_locals: Mapping[str, Any] | None = None
+    shown: list[Decision] = field(default_factory=list)
 
     def note_tried(self, decision: Decision, outcome: str, once: bool = False) -> None:
         """Note that `decision` was tried on this crash, and how it went (refused by its trial...): it

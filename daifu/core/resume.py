@@ -179,6 +179,9 @@ class Vaccine:
         # Whether a continuation compiled for a site may be a segment (`_continuation`); the
         # differential test turns it off to check the continuations that hold the whole rest.
         self.segmented = True
+        # What the function returns for a `SkipIteration` taken where it has no loop, given its locals:
+        # a framework's step passes over its batch so (`daifu.targets`); `None`: such a skip is refused.
+        self.ends_step: Callable[[dict[str, Any]], Any] | None = None
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self._bound: dict[ast.stmt, set[str]] = {}  # what each faulty statement binds (`_fingerprint`)
         self.versions: list[Version] = []
@@ -505,8 +508,9 @@ class Vaccine:
                     bound.append(self._run_action(step.code, here.version, namespace, live))
                 elif not isinstance(step, (Retry, Patch)):
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
+            ending = self._ends_step(here, mode)
             _loop_goes_on(here, mode, namespace)
-            if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
+            if not ending and with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
                 mode = self._leaving(site, here, mode, namespace)
             if flavour is Flavour.PLAIN and watch is not None:
                 flavour = Flavour.WATCHED
@@ -517,7 +521,10 @@ class Vaccine:
             for plan in plans:  # new statements the code resuming the run will not hold are compiled now
                 if plan is not plans[-1] or not plan.version.holds_change(here.path):
                     _compiles(plan.version)
-            code, resume_point = self._continuation(here.version, here.path, mode, flavour, namespace)
+            if ending:
+                returned = self._step_result(namespace)
+            else:
+                code, resume_point = self._continuation(here.version, here.path, mode, flavour, namespace)
             self._count(self._firings(here, mode, before, namespace), crash, flavour, entry)
         except (RepairRefused, CannotResume, SyntaxError) as refusal:  # SyntaxError: a surgery's new statements
             from daifu.core.actions import undo
@@ -547,7 +554,33 @@ class Vaccine:
         self._remember(version, here.path, site, namespace, crash)
         if flavour is Flavour.WATCHED:
             self.helpers.watching = watch
+        if ending:
+            return self._handover(lambda _locals: returned, namespace)
         return self._handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
+
+    def _ends_step(self, here: Site, mode: Mode) -> bool:
+        """Whether a `SkipIteration` at `here`, in no loop of the function, ends the call with what
+        `ends_step` returns; `RepairRefused` when a `with` statement holds the statement: it would not
+        be exited (a framework's step crashed inside one passes over its batch from a function above)."""
+        if mode is not Mode.NEXT_ITERATION or self.ends_step is None:
+            return False
+        from daifu.core.account import loop_around
+
+        if loop_around(here.version.fdef, here.path) is not None:
+            return False
+        if with_depth(here.version.fdef, here.path):
+            raise RepairRefused(f"the faulty statement is inside a `with` statement of {self.qualname}: ending the "
+                                "step there would leave it open")
+        return True
+
+    def _step_result(self, namespace: dict[str, Any]) -> Any:
+        """What a step that passes over its batch returns (`ends_step`); `RepairRefused` when making it fails."""
+        assert self.ends_step is not None
+        try:
+            return self.ends_step(namespace)
+        except Exception as error:
+            raise RepairRefused(f"{self.qualname} cannot pass over its batch: making what it returns failed "
+                                f"({error!r})") from None
 
     def _firings(self, here: Site, mode: Mode, before: dict[str, Any], namespace: dict[str, Any]) -> list[Firing]:
         """What a decision carried out at a crash passes over (`_passed_over`); none, said as DaiFu's
@@ -576,7 +609,10 @@ class Vaccine:
             firings.append(Firing("rows", dropped, 1, 0, 0, plan_of(iterator), iterator))
         if mode is Mode.NEXT_ITERATION:
             found = iteration_firing("skip-iteration", fdef, path, namespace)
-            firings += [found] if found is not None else []
+            if found is None:  # in no loop: a step ended (`ends_step`), its batch passed over, its size unknown
+                statements, steps = work_of([here.node])
+                found = Firing("skip-step", None, 1, statements, steps)
+            firings.append(found)
         elif mode is Mode.AFTER:
             statements, steps = work_of([here.node])
             firings.append(Firing("skip", 0, 1, statements, steps, plan_of(iterator), iterator))
@@ -773,7 +809,8 @@ class Vaccine:
                 elif isinstance(step, Action):
                     compile(step.code, "<daifu action>", "exec", dont_inherit=True)
                 elif isinstance(step, SkipIteration):
-                    here.version.rewriter.continuation(here.version.fdef, here.path, Mode.NEXT_ITERATION)
+                    if not self._ends_step(here, Mode.NEXT_ITERATION):
+                        here.version.rewriter.continuation(here.version.fdef, here.path, Mode.NEXT_ITERATION)
                     mode = Mode.NEXT_ITERATION
                 elif isinstance(step, Skip):
                     mode = Mode.AFTER

@@ -83,11 +83,25 @@ run the backward pass again, or write a file (`tofile`, `dump`)."""
 
 
 def pure_objects() -> dict[int, str]:
-    """Every pure function and type of the numeric libraries already imported, by identity, with its path."""
-    found: dict[int, str] = {}
-    for path, value in _pure_items():
-        found.setdefault(id(value), path)
-    return found
+    """Every pure function and type of the numeric libraries already imported, by identity, with its path.
+
+    Read again only when another of those modules was imported since (a crash read thousands of names
+    each time); the objects are held with what was read, so that no identity in it can come to name
+    another object. A name the program rebinds later is not followed: its new value is not in it, and
+    is judged as any other callable."""
+    key = tuple(id(sys.modules.get(name)) for name in _PURE_SOURCES)
+    if _pure_read.get("key") != key:
+        items = list(_pure_items())
+        found: dict[int, str] = {}
+        for path, value in items:
+            found.setdefault(id(value), path)
+        _pure_read.update(key=key, found=found, held=[value for _, value in items])
+    return dict(_pure_read["found"])
+
+
+_PURE_SOURCES = ("torch", "torch.functional", "numpy", *PURE_MODULES)
+"""The modules `_pure_items` reads."""
+_pure_read: dict[str, Any] = {}
 
 
 def _pure_items() -> Iterator[tuple[str, Any]]:

@@ -39,12 +39,14 @@ from daifu.core.handling import RepairContext
 from daifu.core.kinds import code_of, play_name
 from daifu.decide import watch
 from daifu.decide.botclient import BotAnswer, ask_bot
+from daifu.decide.by_person import person_decided, waiting
 from daifu.decide.candidates import Candidate, candidates, rank, with_experience
 from daifu.decide.contract import Person
 from daifu.decide.failure import doing
 from daifu.decide.fold import fold_repeated
 from daifu.decide.reruns import describe as describe_reruns
 from daifu.decide.same_shape import replacement
+from daifu.decide.tried import tried_lines, where_the_rest_is
 from daifu.decide.verify import Verification
 from daifu.report.build import build_report
 from daifu.report.redact import redact
@@ -69,6 +71,7 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         found = fold_repeated(stage, with_experience(stage, rank(candidates(stage, answer.suggestions))))
     _say_diagnosis(crash, answer)
     chosen: Candidate | None = None
+    unattended = settings.approve == "auto" and not watch.distrusted(crash)
     if settings.approve == "auto" and watch.distrusted(crash):
         present = person is not None and person.present()
         say_once(f"automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} stopped earlier in this run "
@@ -85,6 +88,8 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         chosen = remote.decide(stage, context, report, answer, found, lambda: _automatic(stage, context, found))
     with doing("recording the bot's answer"):
         record_answer(context, report, answer, found)
+    if unattended:
+        _say_tried(stage, found, chosen)
     if chosen is None:
         if settings.approve == "never":
             say(f"{len(found)} suggestion(s) recorded; approve='never' applies none")
@@ -118,9 +123,12 @@ def _ask_person(stage: Verification, context: RepairContext, person: Person | No
     if person is None or not person.present():
         return None
     options = stage.for_a_person(found)
-    decision = person.approve(stage.crash, context, diagnosis_text(diagnosis), options)
+    context.shown.extend(c.decision for c in options if c.suggestion is not None)
+    with waiting(context):
+        decision = person.approve(stage.crash, context, diagnosis_text(diagnosis), options)
     if decision is None:
         return None
+    person_decided(context, decision, "approval prompt")
     return next((c for c in options if c.decision == decision), Candidate(decision))
 
 
@@ -142,6 +150,15 @@ def _say_diagnosis(crash: Crash, answer: BotAnswer) -> None:
     say(f"{crash.exception_type} at {where}: repair bot ({who}): [{answer.diagnosis.category}] {first[:160]}")
     if answer.fallback_reason:
         say(f"  (the repair bot fell back: {answer.fallback_reason[:200]})")
+
+
+def _say_tried(stage: Verification, found: list[Candidate], applied: Candidate | None) -> None:
+    """One line per candidate refused (before `applied`, or all when none was), and where the rest is."""
+    lines = tried_lines(found, stage.crash.source, applied)
+    for line in lines:
+        say(line)
+    if lines:
+        say(where_the_rest_is(stage.settings, RECORD_NAME))
 
 
 def record_answer(context: RepairContext, report: CrashReport, answer: BotAnswer, found: list[Candidate]) -> None:

@@ -14,9 +14,7 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from daifu.decide import transport
 from daifu.decide.transport import BadReply, DeadlineExceeded, ErrorStatus, ReplyTooLarge, ServiceFailed
@@ -31,6 +29,9 @@ from repairbot.protocol import (
     Suggestion,
     Transcript,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_DEADLINE = 45.0
 MAX_REPLY_BYTES = 4 * 2**20
@@ -146,6 +147,7 @@ async def _post(request: bytes, url: str, deadline: float, max_reply: int) -> by
     messages say what happened.
     """
     headers = {**transport.headers(json_body=True), "Accept-Encoding": "identity"}
+    httpx = transport.http_library()
     try:
         async with httpx.AsyncClient(timeout=deadline) as client:
             endpoint = f"{url.rstrip('/')}{SUGGEST_ROUTE}"

@@ -27,7 +27,7 @@ from daifu.decide.verify import Verification, unverifiable
 from daifu.report.redact import has_placeholder, restore_lines
 from daifu.say import say_once
 from daifu.state import RUN
-from daifu.store import repairs
+from daifu.store import credit, repairs
 from repairbot.protocol import Suggestion
 
 MAX_SKIPS = 5
@@ -218,7 +218,7 @@ def with_experience(stage: Verification, found: list[Candidate]) -> list[Candida
     rest = [c for c in found if c is not learned and all(c is not s for s in similar)]
     ordered = ([learned] if learned else []) + rank(similar + rest)
     skipped = sum(1 for r in RUN.history if (r.get("function"), r.get("file"), r.get("line")) == site[:3]
-                  and r.get("decided_by") == "bot" and r.get("decision") in _SKIP_PLAYS)
+                  and credit.read(r)[0] == credit.AUTOMATIC and r.get("decision") in _SKIP_PLAYS)
     if skipped >= MAX_SKIPS and any(kind_of(c.decision).skips_work for c in ordered):
         say_once(f"{skipped} automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} skipped work; "
                  "no more are applied there without a person")

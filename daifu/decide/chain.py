@@ -27,8 +27,9 @@ from daifu.core.crash import Crash
 from daifu.core.decisions import Decision, Raise, Retry
 from daifu.core.handling import RepairContext
 from daifu.core.kinds import is_decision
-from daifu.decide import failure
+from daifu.decide import by_person, failure, warm
 from daifu.decide.contract import DecidedBy, Person, Source
+from daifu.decide.hints import setting
 from daifu.say import say_once
 
 
@@ -85,8 +86,9 @@ class BotSource:
     decided_by = DecidedBy.BOT
 
     def decide(self, crash: Crash, context: RepairContext) -> Decision | None:
+        warm.finish()  # no import in flight when a trial forks
         try:
-            from daifu.decide import automatic  # the bot client (httpx) loads only when a crash needs it
+            from daifu.decide import automatic  # loaded ahead by `daifu.decide.warm`, else here
         except ImportError as missing:
             say_once(f"automatic mode needs the repair bot's client, which is not installed ({missing}): "
                      "pip install 'daifu[bot]'")
@@ -102,7 +104,13 @@ class ConsoleSource:
     decided_by = DecidedBy.CONSOLE
 
     def decide(self, crash: Crash, context: RepairContext) -> Decision | None:
-        return self.person.console(crash, context) if self.person.present() else None
+        if not self.person.present():
+            return None
+        with by_person.waiting(context):
+            decision = self.person.console(crash, context)
+        if decision is not None:
+            by_person.person_decided(context, decision, "console")
+        return decision
 
 
 def sources(settings: config.Settings, person: Person | None) -> list[Source]:
@@ -133,6 +141,7 @@ def decide(crash: Crash, context: RepairContext, person: Person) -> tuple[Decisi
 
 def decide_here(crash: Crash, context: RepairContext, person: Person | None) -> tuple[Decision, DecidedBy]:
     """The decision taken in this process; without a person when another rank owns the terminal."""
+    by_person.forget(context)  # an earlier offer's, which the runtime refused
     for source in sources(context.settings, person):
         try:
             answer = source.decide(crash, context)
@@ -158,7 +167,7 @@ def _checked(value: Any, who: DecidedBy) -> Decision:
 
 def _say_declined(crash: Crash, settings: config.Settings, person: Person | None) -> None:
     """Say once, on stderr, why DaiFu let a crash through when no source decided it, and what would let it act."""
-    hint = 'daifu.configure(mode="automatic", approve="auto"), a policy (daifu.set_policy), or `daifu replay`'
+    hint = f'{setting(mode="automatic", approve="auto")}, a policy (daifu.set_policy), or `daifu replay`'
     present = person is not None and person.present()
     if settings.mode == "interactive" and person is not None and not present:
         why = "no person is at a terminal to open the (DaiFu) console"
@@ -166,10 +175,14 @@ def _say_declined(crash: Crash, settings: config.Settings, person: Person | None
         why = f"the console belongs to rank {ranks.leader()}"
     elif settings.mode == "automatic" and settings.approve == "auto":
         why = "no suggestion of the repair bot passed its checks and its trial"
-        hint = 'a policy (daifu.set_policy), or a person at the (DaiFu) console (mode="interactive", in a terminal)'
+        hint = f'a policy (daifu.set_policy), or a person at the (DaiFu) console ({setting(mode="interactive")}, ' \
+               'in a terminal)'
     elif settings.mode == "automatic" and settings.approve == "ask" and not present:
         why = "approve='ask' needs a person at a terminal, and none is there"
-        hint = 'approve="auto" (verified repairs only), approve="remote" (a person in a browser), or a policy'
+        if not config.given("approve"):  # unattended, nothing is applied unless the user said so
+            why += " (`ask` is the default: without a person, only approve='auto' applies a repair)"
+        hint = (f'{setting(approve="auto")} (verified repairs only), {setting(approve="remote")} '
+                '(a person in a browser), or a policy')
     elif settings.mode == "automatic" and settings.approve == "never":
         why = "approve='never' records the repair bot's suggestions and applies none"
     elif settings.mode == "automatic":

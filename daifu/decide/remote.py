@@ -45,6 +45,7 @@ from daifu.core.kinds import code_of, from_choice, from_wire
 from daifu.core.trial import Outcome, Verdict
 from daifu.decide import transport
 from daifu.decide.botclient import BotAnswer
+from daifu.decide.by_person import person_decided, waiting
 from daifu.decide.candidates import Candidate, restored
 from daifu.decide.transport import ErrorStatus, ServiceFailed
 from daifu.decide.verify import Verification
@@ -91,6 +92,7 @@ def decide(stage: Verification, context: RepairContext, report: CrashReport, ans
         return _fall_back(settings, auto, "approve='remote' needs a repair bot service to wait on "
                                           "(DAIFU_REPAIRBOT_URL or configure(bot_url=...))")
     stage.for_a_person(found)
+    context.shown.extend(c.decision for c in found if c.suggestion is not None)
     try:
         body = pending_request(stage, report, answer, found)
     except ValidationError as error:  # a bound of the protocol passed: say so, never lose the crash to it
@@ -186,7 +188,8 @@ class _Wait:
                 self.post()
             except ServiceFailed as error:
                 return _fall_back(self.settings, auto, f"could not hand the crash to {self.settings.bot_url} ({error})")
-            return self.wait(auto)
+            with waiting(self.context):
+                return self.wait(auto)
         except KeyboardInterrupt:
             say("Ctrl-C: stopped waiting for a decision")
             self.withdraw("the process was interrupted (Ctrl-C)", WITHDRAW_S)
@@ -301,7 +304,7 @@ class _Wait:
             say(f"could not confirm {who}'s decision to the service ({error}); carrying it out")
         waited = _duration(time.monotonic() - self.started)
         say(f"{who} decided remotely after {waited}: {what}" + (f" ({note})" if note else ""))
-        self.context.entry.extra["decided_by_person"] = who
+        person_decided(self.context, chosen.decision, "approval page", who)
         return chosen
 
     def judge(self, choice: RepairChoice) -> tuple[Candidate | None, str]:

@@ -5,7 +5,8 @@ statements from there down to the crash run again, with the values they find. Th
 each computes the same values from the same inputs and touches nothing else, and harmful when it
 
 - reads a name whose value it, or a statement after it up to the crash, has changed since it first ran
-  (`total += loss` adds the loss twice, `step += 1` counts the step twice);
+  (`total += loss` adds the loss twice, `step += 1` counts the step twice); a statement the surgery
+  inserted never ran, so it changed nothing yet, and runs once: only what it reads is judged;
 - writes into an object (an attribute, an item, an in-place method: `history.append(v)`, `w.add_(g)`);
 - calls what is not known to compute only: a random draw (the run's random stream moves on), I/O, the
   program's own functions, a model that draws random numbers (dropout) or updates statistics (batch
@@ -65,12 +66,15 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
             problems.append(f"line {rerun.lineno}: DaiFu cannot read it")
             continue
         roots = [rerun.node] if rerun.whole else _header(rerun.node)
-        later = set().union(*writes[index:])
+        later = set().union(*(written for written, r in zip(writes[index:], found[index:]) if not r.new))
         stale = sorted({n.id for root in roots for n in _walk(root) if isinstance(n, ast.Name)
                         and isinstance(n.ctx, ast.Load)} & later - before)
         if stale:
             problems.append(f"line {rerun.lineno} reads {', '.join(f'`{n}`' for n in stale)}, which the repeated "
                             "statements already changed")
+        if rerun.new:
+            before |= writes[index]
+            continue
         for root in roots:
             problems += [f"line {rerun.lineno} {why}" for why in _effects(root, names, module, before, known)
                          if index > 0 or not why.endswith(_DRAWS)]

@@ -24,17 +24,19 @@ from daifu.core.version import Version, build_version
 
 @dataclass(frozen=True)
 class Rerun:
-    """A statement of the new source that runs a second time: its file line and its text (a compound
-    statement's header only). node: the statement; whole: whether all of it runs again (else only the
-    header of the compound statement the crash is in)."""
+    """A statement of the new source that runs between the resume point and the crash: its file line and
+    its text (a compound statement's header only). node: the statement; whole: whether all of it runs
+    again (else only the header of the compound statement the crash is in); new: whether the surgery
+    inserted it — it never ran, so it runs once, not a second time."""
 
     lineno: int
     text: str
     node: ast.stmt | None = field(default=None, compare=False, repr=False)
     whole: bool = True
+    new: bool = False
 
     def describe(self) -> str:
-        return f"line {self.lineno} `{self.text}`"
+        return f"line {self.lineno} `{self.text}`" + (" (new)" if self.new else "")
 
 
 def reruns(crash: Crash, decision: Decision) -> list[Rerun]:
@@ -54,9 +56,11 @@ def reruns(crash: Crash, decision: Decision) -> list[Rerun]:
     if same:
         return []
     target = counterpart(old.lines, new.lines, crash.first_lineno, crash.lineno)
+    added = inserted(old.lines, new.lines, crash.first_lineno)
     return [
         Rerun(node.lineno, new.statement_text(node, header_only=isinstance(node, COMPOUND)).splitlines()[0], node,
-              not node.lineno < target <= (node.end_lineno or node.lineno))
+              not node.lineno < target <= (node.end_lineno or node.lineno),
+              all(line in added for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)))
         for node in _between(new.fdef, path, target)
     ]
 
@@ -77,6 +81,16 @@ def counterpart(old: list[str], new: list[str], first_lineno: int, lineno: int) 
             same_size = tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1)
             return first_lineno + (j1 + index - i1 if same_size else max(j1, j2 - 1))
     return lineno
+
+
+def inserted(old: list[str], new: list[str], first_lineno: int) -> set[int]:
+    """The lines of `new` that take no line of `old`'s place: those of an insertion, and those a
+    replacement holds past the size of what it replaces (its first lines count as the old ones, changed)."""
+    found: set[int] = set()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag in ("insert", "replace"):
+            found.update(first_lineno + j for j in range(j1 + (i2 - i1 if tag == "replace" else 0), j2))
+    return found
 
 
 def _between(fdef: ast.FunctionDef, start: Path, target: int) -> list[ast.stmt]:

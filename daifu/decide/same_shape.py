@@ -36,6 +36,7 @@ from daifu.core.decisions import Action, BadDecision, Decision, Retry, Skip, Ski
 from daifu.core.kinds import from_row
 from daifu.core.names import bound_names
 from daifu.core.trial import Outcome
+from daifu.store import credit
 
 MAX_OFFERED = 2
 """Remembered repairs offered at one crash for a statement of the same shape (the most recent first)."""
@@ -126,11 +127,12 @@ def offered(crash: Crash, entries: list[dict[str, Any]]) -> list[tuple[Decision,
 
 
 def verified(entry: dict[str, Any]) -> bool:
-    """Whether `entry` is a repair the bot proposed, its trial passed, and the run resumed after it."""
+    """Whether `entry` is a repair the bot suggested (applied automatically or by a person), its trial passed,
+    and the run resumed after it."""
     play = entry.get("decision")
     passed = any(isinstance(t, dict) and t.get("decision") == play and t.get("verdict") in (
         Outcome.COMPLETED.value, Outcome.STOPPED_AT_EFFECT.value) for t in entry.get("trials") or [])
-    return entry.get("decided_by") == "bot" and passed and entry.get("duration_ms") is not None
+    return credit.read(entry)[1] == credit.BOT and passed and entry.get("duration_ms") is not None
 
 
 def _retargeted(crash: Crash, entry: dict[str, Any]) -> Decision | None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from types import TracebackType
-from typing import TypeVar
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, TypeVar
 
-import httpx
 from pydantic import BaseModel, ValidationError
+
+if TYPE_CHECKING:
+    import httpx
 
 TOKEN_VARIABLE = "DAIFU_REPAIRBOT_TOKEN"
 KEY_HEADER = "X-DaiFu-Key"
@@ -63,6 +65,17 @@ def headers(json_body: bool = False) -> dict[str, str]:
     return found
 
 
+def http_library() -> ModuleType:
+    """httpx, loaded by the first call to a service: automatic mode with the embedded rules engine never
+    loads it (a third of a second of CPU, most of it httpx's own command line: click, rich, pygments);
+    `ServiceFailed` when it is not installed, so that the embedded rules engine answers instead."""
+    try:
+        import httpx
+    except ImportError as missing:
+        raise ServiceFailed(f"the repair bot's client is not installed ({missing}): pip install 'daifu[bot]'") from None
+    return httpx
+
+
 def unreachable(error: httpx.HTTPError) -> Unreachable:
     """A transport error of httpx as `Unreachable`, its message naming what happened."""
     return Unreachable(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
@@ -97,6 +110,7 @@ class Client:
     """
 
     def __init__(self, base_url: str, timeout: float) -> None:
+        self.httpx = httpx = http_library()
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers(), timeout=timeout)
         self.timeout = timeout
 
@@ -117,7 +131,7 @@ class Client:
         try:
             reply = self.http.request(method, path, content=content, headers=sent, params=params,
                                       timeout=self.timeout if timeout is None else timeout)
-        except httpx.HTTPError as error:
+        except self.httpx.HTTPError as error:
             raise unreachable(error) from None
         if reply.status_code >= 400:
             raise ErrorStatus(reply.status_code, error_detail(reply.content))

@@ -132,7 +132,8 @@ class Verification:
     def first_passing(self, found: list[Candidate], context: RepairContext) -> Candidate | None:
         """The best candidate that may be applied without a person: usable, inside the allowlist, and its
         trial passed (or, where no trial can run, it cannot discard trained state). A candidate refused
-        by its trial is noted as tried, so a repeat of the crash does not try it again.
+        by its trial is noted as tried, so a repeat of the crash does not try it again; each refused is
+        said on the terminal afterwards (`daifu.decide.tried`), with what stopped it.
 
         `found` is in rank order, so the first that passes is taken unless its trial saw it give up work
         (`Candidate.given_up`): then only the candidates after it that may give up less by their kind and
@@ -151,9 +152,7 @@ class Verification:
                 continue
             with doing(f"checking {what} against the allowlist"):
                 unsafe = candidate.unsafe
-            if unsafe:
-                say(f"not applying the bot's {candidate.kind} without a person (approve='ask' would offer it): "
-                    f"{'; '.join(unsafe)[:300]}")
+            if unsafe:  # said with the others refused (`daifu.decide.tried`)
                 continue
             spent = time.monotonic() - started
             if trials >= settings.max_trials or spent > settings.max_trials * settings.trial_seconds:
@@ -177,11 +176,6 @@ class Verification:
                 if best.given_up[0] == NOTHING:
                     return best
                 continue
-            if candidate.trial_problems:
-                say(f"not applying the bot's {candidate.kind} without a person: {candidate.trial_problems[0][:300]}")
-            elif verdict.healthy and not verdict.discarded and verdict.refused:
-                say(f"not applying the bot's {candidate.kind}: its trial saw {verdict.seen()[:200]}; "
-                    f"{'; '.join(verdict.refused)[:300]}")
             why = candidate.trial_problems[0] if candidate.trial_problems else verdict.describe()
             context.note_tried(candidate.decision, f"refused by its trial: {why}")
         return best

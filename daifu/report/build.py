@@ -9,6 +9,7 @@ holds only versions.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import os
@@ -16,7 +17,7 @@ import platform
 import sys
 import sysconfig
 import traceback
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, Literal
 from collections.abc import Iterator
 
@@ -104,11 +105,21 @@ def _secrets_of(crash: Crash) -> set[str]:
     user = [f for f in frames if not library[f.f_code.co_filename]]
     sources = [crash.source]
     for code in dict.fromkeys(f.f_code for f in user):  # each function once, however deep the recursion
-        try:
-            sources.append("".join(inspect.getsourcelines(code)[0])[:_MAX_CALLEE_SOURCE])
-        except (OSError, TypeError):
-            pass
+        found = _source_of(code)
+        if found is not None:
+            sources.append(found)
     return secret_values([crash.locals, *(f.f_locals for f in user)], sources) | secret_environment()
+
+
+@functools.lru_cache(maxsize=64)
+def _source_of(code: CodeType) -> str | None:
+    """The source of the function running `code`, bounded; `None` when it cannot be read. Kept per code
+    object (a surgery makes a new one): `inspect` tokenizes the file to find where the function ends,
+    the larger part of a repeated crash's report."""
+    try:
+        return "".join(inspect.getsourcelines(code)[0])[:_MAX_CALLEE_SOURCE]
+    except (OSError, TypeError):
+        return None
 
 
 def _scrubbed(report: CrashReport, secrets: set[str]) -> CrashReport:
@@ -137,7 +148,7 @@ def _shown(function: FunctionInfo) -> FunctionInfo:
 
 def environment() -> Environment:
     """Python, PyTorch and CUDA versions, and each GPU's free memory, if PyTorch is loaded."""
-    env = Environment(python=platform.python_version(), platform=platform.platform())
+    env = Environment(python=platform.python_version(), platform=platform_name())
     torch = sys.modules.get("torch")
     if torch is None:
         return env
@@ -149,6 +160,20 @@ def environment() -> Environment:
     except Exception:  # a broken driver must not cost the report
         pass
     return env
+
+
+def prime() -> None:
+    """Read now what every report reads once per process (the platform, the library folders), so that
+    the first crash does not: automatic mode's loading ahead of it calls this (`daifu.decide.warm`)."""
+    platform_name()
+    _library_roots()
+
+
+@functools.cache
+def platform_name() -> str:
+    """`platform.platform()`, read once per process: it reads the C library's version out of the
+    interpreter's own binary, 10 ms or more of a crash's time to resume, and it does not change."""
+    return platform.platform()
 
 
 def _device(torch: Any, index: int) -> Device:
@@ -270,8 +295,15 @@ def is_library(filename: str) -> bool:
     if filename.startswith("<"):
         return not filename.startswith(("<stdin", "<string", "<daifu", "<ipython"))
     path = os.path.abspath(filename)
+    return "site-packages" in path or "dist-packages" in path or path.startswith(_library_roots())
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """The folders of Python's own library and of installed packages, each ending in a separator: read
+    once per process (`sysconfig` expands its path templates afresh at each call)."""
     roots = {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return "site-packages" in path or "dist-packages" in path or any(path.startswith(r + os.sep) for r in roots if r)
+    return tuple(root + os.sep for root in sorted(r for r in roots if r))
 
 
 def _line(filename: str, lineno: int, frame: FrameType) -> str:

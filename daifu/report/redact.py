@@ -181,6 +181,19 @@ def redact(text: str, *, code: bool = False) -> str:
     The values of the environment's secrets, and those made known with `known_secrets`, are found in
     every form `daifu.report.secret_forms` derives (reversed, encoded, in pieces).
     """
+    environment, known = _secrets.get(_scan_environment), _known.get()
+    if len(text) > _MEMO_TEXT:
+        return _redacted(text, code, environment, known)
+    return _redacted_short(text, code, environment, known)
+
+
+_MEMO_TEXT = 4096
+"""Texts up to this many characters are redacted once for the same secrets (`_redacted_short`): a repeated
+crash redacts the same message and code lines again, and its restore time is a few hundred microseconds."""
+
+
+def _redacted(text: str, code: bool, environment: frozenset[str], known: frozenset[str]) -> str:
+    """`redact(text, code=code)` with these secrets known by value: a function of its arguments alone."""
     text = _private_keys(text[:_MAX_TEXT])
     lowered = text.lower()
     for anchors, pattern, replace in _FORMATS:
@@ -193,8 +206,11 @@ def redact(text: str, *, code: bool = False) -> str:
             text = _HEADER().sub(_group("secret", 2), text)
             text = _BARE_VALUE().sub(_keyed, text)
             text = _NEAR_WORD().sub(_high_entropy, text)
-    text = hide(text, _secrets.get(_scan_environment), PLACEHOLDER.format("environment"))
-    return hide(text, _known.get(), PLACEHOLDER.format("secret"))
+    text = hide(text, environment, PLACEHOLDER.format("environment"))
+    return hide(text, known, PLACEHOLDER.format("secret"))
+
+
+_redacted_short = functools.lru_cache(maxsize=512)(_redacted)
 
 
 def _disguised_shapes(text: str) -> str:
@@ -340,11 +356,14 @@ def _secret_strings(name: Any, value: Any, depth: int) -> set[str]:
     return set()
 
 
-def _literal_secrets(source: str) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def _literal_secrets(source: str) -> frozenset[str]:
+    """The string literals `source` assigns to secret-looking names or keys; kept per source, which a
+    repeated crash parses again otherwise."""
     try:
         tree = ast.parse(textwrap.dedent(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return set()
+        return frozenset()
     found = set()
     for node in ast.walk(tree):
         pairs: list[tuple[Any, Any]] = []
@@ -358,7 +377,7 @@ def _literal_secrets(source: str) -> set[str]:
             if isinstance(key, str) and is_secret_key(key) and isinstance(value, ast.Constant):
                 if isinstance(value.value, str):
                     found.add(value.value)
-    return found
+    return frozenset(found)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from daifu import config, ranks
 from daifu.say import say
 from daifu.state import RUN
-from daifu.store import repairs
+from daifu.store import credit, repairs
 from daifu.store.lines import LineFile
 
 # The record is begun at the first vaccination; what only a repair's entry needs (decisions, the
@@ -143,6 +143,41 @@ def _message(error: BaseException) -> str:
         return "<message unavailable>"
 
 
+def edit_in_short(decision: Decision, running: str) -> str:
+    """`decision` in a few words for a line of the terminal: its play, and its code in short (of a
+    surgery, the lines it changes in `running`, the source of the version that crashed; of a patch,
+    the callee it replaces, under its name)."""
+    from daifu.core.decisions import Patch, Plays, Surgery
+    from daifu.core.kinds import play_name, step_names
+
+    if isinstance(decision, Plays):
+        return "+".join(step_names(decision))
+    code = code_in_short(decision, running)
+    if isinstance(decision, Surgery) and not code:
+        return "Surgery (lines removed)"
+    if isinstance(decision, Patch):
+        return f"Patch of {decision.target}" + (f" `{code}`" if code else "")
+    return play_name(decision) + (f" `{code}`" if code else "")
+
+
+def code_in_short(decision: Decision, running: str) -> str:
+    """The code `decision` carries, on one line (`daifu.core.gist`): a surgery's lines that `running`
+    lacks, a patch's new body, an action's statements (a `def` by its header); `""` when it carries none."""
+    from daifu.core.decisions import Patch, Surgery
+    from daifu.core.gist import body, statements
+    from daifu.core.kinds import code_of
+
+    code = code_of(decision) or ""
+    if isinstance(decision, Surgery):  # what changed, not the whole function
+        old = {line.strip() for line in running.splitlines()}
+        lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
+    elif isinstance(decision, Patch):  # the callee's new body
+        lines = body(code)
+    else:
+        lines = statements(code)
+    return _cut("; ".join(lines))
+
+
 def _cut(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -231,6 +266,12 @@ def note(text: str) -> None:
     _write("WARNING", text)
 
 
+def debug(text: str) -> None:
+    """A free line in the record at level DEBUG: what DaiFu did for itself that changed nothing in the run
+    (the decision layer's loading ahead of the first crash failed, and the crash loaded it)."""
+    _write("DEBUG", text)
+
+
 @dataclass
 class Entry:
     """One repair being recorded: begun at the crash, ended when execution resumes."""
@@ -262,9 +303,10 @@ class Entry:
     def resumed(self, started: float) -> None:
         """The run resumes now; `started` was `time.perf_counter()` at the crash.
 
-        The restore time recorded covers everything from the crash to here, the record included:
-        it is measured once the log line is written and the JSON line and the terminal line are
-        composed, so only writing those two lines comes after it.
+        The restore time recorded covers everything from the crash to here, the record included,
+        but the wait for a person (`waited_ms`, recorded and said apart: the person's time, not
+        DaiFu's): it is measured once the log line is written and the JSON line and the terminal
+        line are composed, so only writing those two lines comes after it.
         """
         _write("INFO", f"Repair {self.number} End")
         settings = self.settings
@@ -272,10 +314,11 @@ class Entry:
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
         passed = f"; {self.extra['passed_over']['text']}" if self.extra.get("passed_over") else ""
         told = f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}{passed}; resumed in"
-        milliseconds = (time.perf_counter() - started) * 1000.0
+        waited = float(self.extra.get("waited_ms") or 0.0)
+        milliseconds = (time.perf_counter() - started) * 1000.0 - waited
         item["duration_ms"] = round(milliseconds, 3)
         repairs.append(item, target)
-        say(f"{told} {milliseconds:.1f} ms")
+        say(f"{told} {milliseconds:.1f} ms" + (f", after {waited / 1000:.1f} s waiting for a person" if waited else ""))
 
     def failed(self, decided_by: str) -> None:
         self.decided_by = self.decided_by or decided_by
@@ -284,35 +327,24 @@ class Entry:
         say(f"repair {self.number}: {self._where()}: not repaired ({self._by()}); the exception goes on")
 
     def _by(self) -> str:
-        """Who decided: the source, or the person who decided through it elsewhere (`decided_by_person`)."""
-        person = self.extra.get("decided_by_person")
-        return f"{person}, remotely" if person else self.decided_by
+        """Who decided (the person by name where the page gave one, and where), and who suggested it when
+        that was someone else; a repair `approve="auto"` applied is the bot's."""
+        decider, suggester = credit.credit(self.decided_by, self.extra, self.decision is not None)
+        if decider == credit.AUTOMATIC:
+            return suggester
+        if decider != credit.PERSON:
+            return decider
+        who = self.extra.get("decided_by_person") or "a person"
+        where = {"approval page": "on the approval page"}.get(str(self.extra.get("decided_at")),
+                                                              f"at the {self.extra.get('decided_at')}")
+        return f"{who} {where}" + (f", suggested by {suggester}" if suggester not in (credit.PERSON, "") else "")
 
     def _where(self) -> str:
         crash = self.crash
         return f"{crash.exception_type} at {os.path.basename(crash.filename)}:{crash.lineno} in {crash.qualname}"
 
     def _what(self) -> str:
-        from daifu.core.decisions import Patch, Plays, Surgery
-        from daifu.core.gist import body, statements
-        from daifu.core.kinds import code_of, play_name, step_names
-
-        decision = self.decision
-        if decision is None:
-            return "nothing"
-        if isinstance(decision, Plays):
-            return "+".join(step_names(decision))
-        code = code_of(decision) or ""
-        if isinstance(decision, Surgery):  # what changed, not the whole function
-            old = {line.strip() for line in self.crash.source.splitlines()}
-            lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
-            shown = "; ".join(lines)
-            return f"Surgery `{_cut(shown)}`" if shown else "Surgery (lines removed)"
-        if isinstance(decision, Patch):  # the callee's new body, under its name
-            shown = "; ".join(body(code))
-            return f"Patch of {decision.target}" + (f" `{_cut(shown)}`" if shown else "")
-        lines = statements(code)
-        return play_name(decision) + (f" `{_cut('; '.join(lines))}`" if lines else "")
+        return "nothing" if self.decision is None else edit_in_short(self.decision, self.crash.source)
 
     def _item(self) -> dict[str, Any]:
         """This repair's line of `repairs.jsonl`; its `duration_ms` is `None` until it resumes."""
@@ -320,6 +352,7 @@ class Entry:
         from daifu.report.redact import redact
 
         decision = self.decision
+        decided_by, suggested_by = credit.credit(self.decided_by, self.extra, decision is not None)
         return {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "repair": self.number,
@@ -332,11 +365,12 @@ class Entry:
             "exception_message": redact(self.crash.message),  # the record is shown and shared
             **to_row(decision),
             "duration_ms": None,
-            "decided_by": self.decided_by,
             "plays": self.plays,
             "pid": os.getpid(),
             "rank": ranks.rank(),
             **self.extra,
+            "decided_by": decided_by,
+            "suggested_by": suggested_by,
         }
 
 

@@ -60,6 +60,7 @@ from repairbot.llm_parse import MODEL_KINDS, ReplyError
 from repairbot.llm_wire import Completion, WireError, read_body
 from repairbot.model_words import as_the_models
 from repairbot.prompts import PromptError, messages
+from repairbot.reach import unreachable
 from repairbot.protocol import CATEGORIES
 from repairbot.protocol import BackendInfo, ChatMessage, Diagnosis, Exchange, Suggestion, Transcript, Usage
 from repairbot.rules import analyse
@@ -228,10 +229,16 @@ class OpenAIBackend:
         return None
 
     def info(self) -> BackendInfo:
+        """Whether the backend can work now: configured (`problem`), and its endpoint reachable (a probe
+        of a second at most, reused for a few seconds: `repairbot.reach`)."""
         problem = self.problem()
         if problem:
             return BackendInfo(name=self.name, available=False, detail=problem)
-        return BackendInfo(name=self.name, available=True, detail=f"model {self.model} at {self.base_url}")
+        where = f"model {self.model} at {self.base_url}"
+        down = unreachable(self.base_url)
+        if down:
+            return BackendInfo(name=self.name, available=False, reachable=False, detail=f"{where}: unreachable: {down}")
+        return BackendInfo(name=self.name, available=True, reachable=True, detail=where)
 
     def diagnose(
         self,

@@ -4,7 +4,7 @@ The report's `lookups` (`daifu.report.lookups`) name the object a failed lookup 
 holds instead, with the kind of value under each name. From them:
 
 - the nearest existing key, attribute or name: close in spelling (or the same words in another order:
-  `val_acc` for `acc_val`), holding the kind of value the place needs (a number where it is added or
+  `val_acc` for `acc_val`; a word shortened, `val_acc` for `val_accuracy`), holding the kind of value the place needs (a number where it is added or
   formatted with `:.3f`, something callable where it is called, a list where `.append` is called on
   it, the kind its siblings in the statement hold), and the only one that close: two equally near
   candidates, or names that differ only in a number (`fc1`, `fc2`: two different layers), are a guess,
@@ -39,6 +39,8 @@ _BOOKKEEPING = frozenset({usage.NUMBER, usage.TEXT})
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 _SAME_WORD = 0.7
 """How near two words must be to be one word mistyped (`group`, `groups`; `wieght`, `weight`)."""
+_ABBREVIATION = 3
+"""The fewest letters a word's shortening keeps (`acc`): one or two letters name too many words."""
 
 
 def propose(view: View) -> Iterator[GeneratedRepair | None]:
@@ -77,7 +79,15 @@ def _words(name: str) -> list[str]:
 
 
 def _matched(words: list[str], others: list[str]) -> bool:
-    return all(any(w == o or difflib.SequenceMatcher(None, w, o).ratio() >= _SAME_WORD for o in others) for w in words)
+    return all(any(_same_word(w, o) for o in others) for w in words)
+
+
+def _same_word(a: str, b: str) -> bool:
+    """Whether two words are one word, mistyped (`group`, `groups`) or shortened to at least
+    `_ABBREVIATION` letters (`acc` for `accuracy`, `val` for `validation`, `opt` for `optimizer`)."""
+    short, long = sorted((a, b), key=len)
+    return a == b or difflib.SequenceMatcher(None, a, b).ratio() >= _SAME_WORD or \
+        (len(short) >= _ABBREVIATION and long.startswith(short))
 
 
 def nearest(wanted: str, kinds: dict[str, str], needed: set[str] | None, python: str | None = None) -> str | None:
