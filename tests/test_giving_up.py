@@ -201,7 +201,8 @@ def train_with_noise(model, optimizer, crit, batches, noise):
 
 
 @needs_trials
-def test_of_two_repairs_that_pass_the_one_whose_trial_gave_up_less_is_applied(automatic, tmp_path, monkeypatch) -> None:
+def test_of_two_repairs_that_pass_the_one_whose_trial_gave_up_less_is_applied(automatic, tmp_path, monkeypatch,
+                                                                             capfd) -> None:
     # a noise buffer made for the configured batch of 4 meets a batch of 8; the first repair the bot offers cuts
     # the batch to the buffer (its trial counts the rows dropped), the second tiles the buffer over the batch
     old = "x = xb + noise"
@@ -222,6 +223,9 @@ def test_of_two_repairs_that_pass_the_one_whose_trial_gave_up_less_is_applied(au
     assert [t["code"] for t in tried] == [cut, tile] and all(t["outcome"] == "completed" for t in tried)
     assert [sum(it["rows_dropped"] for it in t["iterations"]) for t in tried] == [4, 0]
     assert repair["code"] == tile
+    said = capfd.readouterr().err
+    assert "passed its trial giving up less than the one that passed before it: rows of a batch -> nothing" in said
+    assert "passed, but gave up more than the one applied" in said
 
 
 def test_the_estimate_reads_what_an_edit_adds_not_what_the_function_had() -> None:
