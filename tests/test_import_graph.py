@@ -38,6 +38,7 @@ DAIFU_LAYERS: tuple[tuple[str, ...], ...] = (
 REPAIRBOT_ALLOWED: dict[str, tuple[str, ...]] = {
     "daifu": ("repairbot.protocol",),
     "daifu.decide.botclient": ("repairbot.backends.rules",),  # the in-process rules engine, without a service
+    "daifu.decide.giving_up": ("repairbot.giving_up",),  # what a repair gives up, read as the generator reads it
     "daifu.cli.main": ("repairbot.server",),  # `daifu serve`
     "daifu.cli.demo": ("repairbot.server",),  # the demo serves the bot on a loopback port
 }

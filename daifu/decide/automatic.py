@@ -4,12 +4,14 @@ The bot proposes; nothing it proposes touches the run before it is checked:
 
 1. each suggestion becomes a candidate decision (`daifu.decide.candidates`), checked by the runtime's
    own validation (`daifu.decide.verify`); a suggestion already tried on this crash is not offered again;
-2. candidates are ranked as the bot ranked them, except that those which skip work (a skipped
-   statement or iteration) come last, and a repair verified at the same site before comes first; an
-   action applied at the same site before is preceded by its fold into one surgery (`daifu.decide.fold`);
+2. candidates are ranked by what they give up (`daifu.decide.giving_up`), the bot's order kept among
+   equals; a repair verified at the same site before comes first, and one verified at a statement of the
+   same shape elsewhere is offered renamed (`daifu.decide.same_shape`); an action applied at the same site
+   before is preceded by its fold into one surgery (`daifu.decide.fold`);
 3. `approve="auto"`: each candidate, best first, whose code stays inside the allowlist of code that
    may run unattended, is tried on a sandboxed copy of the run (the verification stage's trial); the
-   first whose trial is healthy and keeps the trained state is applied. A candidate that fails its trial is
+   first whose trial is healthy and keeps the trained state is applied (unless its trial saw it give up
+   work: then one after it that gives up less, if one passes). A candidate that fails its trial is
    never applied automatically, nor one whose own code reached an effect in its trial (the trial stops
    there; applied, the effect would be done for real) but those `daifu.decide.trial_effects` allows
    (the folder a failing write needs). Where no trial can run, only decisions that cannot discard trained
@@ -32,7 +34,7 @@ import os
 from typing import Any
 
 from daifu.core.crash import Crash
-from daifu.core.decisions import Decision, Raise
+from daifu.core.decisions import Decision, Raise, Surgery
 from daifu.core.handling import RepairContext
 from daifu.core.kinds import code_of, play_name
 from daifu.decide import watch
@@ -43,6 +45,7 @@ from daifu.decide.contract import Person
 from daifu.decide.failure import doing
 from daifu.decide.fold import fold_repeated
 from daifu.decide.reruns import describe as describe_reruns
+from daifu.decide.same_shape import replacement
 from daifu.decide.tried import tried_lines, where_the_rest_is
 from daifu.decide.verify import Verification
 from daifu.report.build import build_report
@@ -95,6 +98,9 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         return chosen.decision
     if chosen.verdict is not None:
         context.entry.extra["trial"] = chosen.verdict.describe()
+    replaced = replacement(stage.crash, chosen.decision) if isinstance(chosen.decision, Surgery) else None
+    if replaced is not None:  # what a statement of the same shape elsewhere may be offered (`same_shape`)
+        context.entry.extra["replaced_by"] = replaced
     if chosen.reruns:
         context.entry.extra["reruns"] = [r.describe() for r in chosen.reruns]
         say(f"repair at {os.path.basename(stage.crash.filename)}:{stage.crash.lineno}: "

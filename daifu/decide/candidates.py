@@ -2,8 +2,9 @@
 
 Each suggestion becomes the decision carrying it out (`daifu.core.kinds.from_wire`; a surgery's
 redacted lines put back as they are); a suggestion already tried on this crash is not offered again.
-Candidates keep the bot's order, except that those which skip work (a statement, an iteration) come
-last; a repair that passed its trial and was applied at the same site before comes first
+Candidates are ordered by what they give up (`daifu.decide.giving_up`: a changed value first, then the
+skip of a statement that only reports, rows of a batch, an iteration, a stale statement, trained state),
+the bot's order kept among equals; a repair that passed its trial and was applied at the same site before comes first
 (`with_experience`). What the verification stage (`daifu.decide.verify`) finds about each, its
 problems, what keeps it from running unattended and its trial's verdict, stays with it: the approvers
 and the record read it there.
@@ -18,7 +19,8 @@ from typing import Any, Protocol
 from daifu.core.crash import Crash
 from daifu.core.decisions import BadDecision, Decision, Raise, Surgery
 from daifu.core.kinds import KINDS, code_of, from_row, from_wire, kind_of, play_name, target_of, wire_kind
-from daifu.core.trial import Outcome, Verdict
+from daifu.core.trial import Verdict
+from daifu.decide import giving_up, same_shape
 from daifu.decide.rerun_effects import rerun_effects
 from daifu.decide.reruns import Rerun, reruns
 from daifu.decide.verify import Verification, unverifiable
@@ -56,6 +58,7 @@ class Candidate:
     given_problems: tuple[str, ...] | None = None
     given_outside: tuple[str, ...] | None = None
     given_reruns: list[Rerun] | None = None
+    given_level: int | None = None
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -97,6 +100,20 @@ class Candidate:
         if self.stage is not None:
             problem = self.stage.repair_effect(self.decision, verdict)
             self.trial_problems = (problem,) if problem else ()
+
+    @property
+    def level(self) -> int:
+        """What it gives up by its kind and its code, before any trial (`daifu.decide.giving_up`)."""
+        if self.given_level is None:
+            crash = self.stage.crash if self.stage is not None else None
+            self.given_level = giving_up.static_level(self.decision, crash) if crash is not None else (
+                giving_up.ITERATION if kind_of(self.decision).skips_work else giving_up.NOTHING)
+        return self.given_level
+
+    @property
+    def given_up(self) -> giving_up.GivenUp:
+        """What it gives up: as its trial measured it, once tried; else by its kind and code."""
+        return giving_up.given_up(self.verdict, self.level)
 
     @property
     def checked(self) -> bool:
@@ -174,16 +191,19 @@ def restored(decision: Decision, crash: Crash) -> Decision:
 
 
 def rank(found: list[Candidate]) -> list[Candidate]:
-    """The bot's order, with the candidates that skip work moved last (their order kept)."""
-    return sorted(found, key=lambda c: kind_of(c.decision).skips_work)
+    """The candidates by what they give up, least first (`daifu.decide.giving_up`), the bot's order kept
+    among those that give up as much."""
+    return sorted(found, key=lambda c: c.level)
 
 
 def with_experience(stage: Verification, found: list[Candidate]) -> list[Candidate]:
-    """`found`, with what worked before at this crash's fingerprint first, and skipping bounded.
+    """`found`, with what worked before first, and skipping bounded.
 
     A repair the bot proposed, that passed its trial and was applied at the same function, file, line and
     exception type — in this run or an earlier one in the workspace's `repairs.jsonl` — is tried first
-    (by trial, like any candidate). A candidate that skips work is dropped once `MAX_SKIPS` automatic
+    (by trial, like any candidate). One applied at a statement of the same shape elsewhere, for the same
+    exception type, is offered renamed to this statement's names (`daifu.decide.same_shape`), first among
+    the candidates that give up as much. A candidate that skips work is dropped once `MAX_SKIPS` automatic
     repairs at this site skipped work in this run.
     """
     crash = stage.crash
@@ -193,7 +213,10 @@ def with_experience(stage: Verification, found: list[Candidate]) -> list[Candida
     except (OSError, ValueError):
         entries = []
     learned = next((c for c in (_learned(entry, site, stage, found) for entry in entries) if c is not None), None)
-    ordered = ([learned] if learned else []) + [c for c in found if c is not learned]
+    similar = [_offered(stage, decision, why, found) for decision, why in same_shape.offered(crash, entries)]
+    similar = [c for c in similar if c is not learned]
+    rest = [c for c in found if c is not learned and all(c is not s for s in similar)]
+    ordered = ([learned] if learned else []) + rank(similar + rest)
     skipped = sum(1 for r in RUN.history if (r.get("function"), r.get("file"), r.get("line")) == site[:3]
                   and credit.read(r)[0] == credit.AUTOMATIC and r.get("decision") in _SKIP_PLAYS)
     if skipped >= MAX_SKIPS and any(kind_of(c.decision).skips_work for c in ordered):
@@ -203,15 +226,27 @@ def with_experience(stage: Verification, found: list[Candidate]) -> list[Candida
     return ordered
 
 
+def _offered(stage: Verification, decision: Decision, why: str, found: list[Candidate]) -> Candidate:
+    """The candidate carrying a remembered repair renamed for this crash: the bot's own, when it proposed the
+    same; else a new one, said to come from the workspace's memory."""
+    same = next((c for c in found if c.decision == decision), None)
+    if same is not None:
+        return same
+    crash = stage.crash
+    say_once(f"{crash.exception_type} at {os.path.basename(crash.filename)}:{crash.lineno}: offering {why}; "
+             "it is tried like any other candidate")
+    kind = wire_kind(decision) or "retry"
+    suggestion = Suggestion(kind=kind, code=code_of(decision) or "", target=target_of(decision),  # type: ignore[arg-type]
+                            confidence=0.9, explanation=why)
+    return Candidate(decision, suggestion, stage=stage)
+
+
 def _learned(entry: dict[str, Any], site: tuple[Any, ...], stage: Verification,
              found: list[Candidate]) -> Candidate | None:
     """The candidate of a recorded repair at `site` that the bot proposed and its trial verified; else `None`."""
     if (entry.get("function"), entry.get("file"), entry.get("line"), entry.get("exception_type")) != site:
         return None
-    play = entry.get("decision")
-    verified = any(isinstance(t, dict) and t.get("decision") == play and t.get("verdict") in (
-        Outcome.COMPLETED.value, Outcome.STOPPED_AT_EFFECT.value) for t in entry.get("trials") or [])
-    if credit.read(entry)[1] != credit.BOT or not verified or entry.get("duration_ms") is None:
+    if not same_shape.verified(entry):
         return None
     try:
         decision = from_row(entry)

@@ -38,6 +38,7 @@ from daifu.core.names import bound_names
 from daifu.core.trial import Outcome, Verdict
 from daifu.decide.allowlist import Context, check_suggestion, context_for
 from daifu.decide.failure import doing
+from daifu.decide.giving_up import NAMES, NOTHING
 from daifu.decide.trial_effects import repair_effect
 from daifu.report.redact import has_placeholder
 from daifu.say import say, say_once
@@ -132,11 +133,18 @@ class Verification:
         """The best candidate that may be applied without a person: usable, inside the allowlist, and its
         trial passed (or, where no trial can run, it cannot discard trained state). A candidate refused
         by its trial is noted as tried, so a repeat of the crash does not try it again; each refused is
-        said on the terminal afterwards (`daifu.decide.tried`), with what stopped it."""
+        said on the terminal afterwards (`daifu.decide.tried`), with what stopped it.
+
+        `found` is in rank order, so the first that passes is taken unless its trial saw it give up work
+        (`Candidate.given_up`): then only the candidates after it that may give up less by their kind and
+        code are tried too, and of those that pass the one that gave up least is taken."""
         settings = self.settings
         started = time.monotonic()
         trials = 0
+        best: Candidate | None = None
         for number, candidate in enumerate(found, 1):
+            if best is not None and candidate.level >= best.given_up[0]:
+                continue  # by what it is, it cannot give up less than the one that passed
             what = f"the bot's suggestion {number} ({candidate.kind})"
             with doing(f"checking {what} with the runtime's own validation"):
                 usable = candidate.usable
@@ -161,10 +169,16 @@ class Verification:
                     return candidate
                 continue
             if verdict.passed and not candidate.trial_problems:
-                return candidate
+                if best is not None and candidate.given_up < best.given_up:
+                    say(f"the bot's {candidate.kind} (suggestion {number}) passed its trial giving up less than "
+                        f"the one that passed before it: {NAMES[best.given_up[0]]} -> {NAMES[candidate.given_up[0]]}")
+                best = candidate if best is None or candidate.given_up < best.given_up else best
+                if best.given_up[0] == NOTHING:
+                    return best
+                continue
             why = candidate.trial_problems[0] if candidate.trial_problems else verdict.describe()
             context.note_tried(candidate.decision, f"refused by its trial: {why}")
-        return None
+        return best
 
 
 def unverifiable(decision: Decision, crash: Crash) -> tuple[str, ...]:

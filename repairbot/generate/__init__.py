@@ -40,7 +40,12 @@ One module per family of edits, each with `propose(view)`:
   iteration whose data the statement fails on (each refused by a trial that sees it fire again).
 
 `generate(report)` returns the candidates; `repairbot.generate.rank.ranked` orders them with the
-rules' suggestions.
+rules' suggestions: first by what each gives up (`repairbot.giving_up`: a changed value, then the skip of
+a statement that only reports, rows of a batch, an iteration, the skip of a statement that assigns,
+trained state — the larger of what its family says and what its code shows), then an edit before a
+decision taken at each crash among those that give up as much, then by evidence (an operand traced to
+its origin, a key read from the live object), then by the size of the edit. The training process orders
+whatever it is answered by the same levels, and where a trial measured what a repair gave up, by that.
 """
 
 from __future__ import annotations

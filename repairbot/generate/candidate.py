@@ -8,8 +8,9 @@ Candidates come from the families of edits (`repairbot.generate.*`) and from the
   of the crash, 0 for a guess worth one trial;
 - `cost`: the syntax nodes the edit adds or removes (`x` -> `x.float()` is 2), and `new_names`, the
   names it brings into the function;
-- `gives_up`: what the repair loses, said in its explanation: the rest of an iteration, part of a
-  tensor, the trained state. Such candidates are ranked after every one that loses nothing.
+- `gives_up`: what the repair loses, said in its explanation: a line of the log, rows of a batch, the
+  rest of an iteration, the trained state. Such candidates are ranked after every one that loses
+  nothing, the smaller loss first (`repairbot.giving_up`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ PASSES_ITEM = "passes over the item the loop's iterator could not make (a batch 
 DROPS_ELEMENTS = "drops the elements that do not match"
 REPLACES_DATA = "replaces the out-of-range values of this batch by 0 (conventionally the unknown or padding id)"
 REPLACES_NONFINITE = "replaces the NaN and Inf values of this iteration's data by 0"
+CUTS_ROWS = "leaves rows of a batch out (it rebinds a name to a part of itself)"
+INTRODUCES_JUMP = "passes over work where the `continue`, `break` or `return` it introduces runs"
 DISCARDS_STATE = "discards trained state (a layer or an optimizer is made anew)"
 _BUILTINS = frozenset(dir(builtins))
 

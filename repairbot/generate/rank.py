@@ -2,11 +2,21 @@
 
 The order, best first:
 
-1. every candidate that gives nothing up before any that does (dropping elements, replacing bad
-   values or skipping a statement that only reports; passing over an item or skipping an iteration; skipping a statement, discarding trained state — in that order);
-2. the firmer the evidence, the earlier (`GeneratedRepair.evidence`);
-3. the smaller the edit, the earlier: syntax nodes changed, plus two for each new name;
-4. the rules' (or the family's) confidence.
+1. by what it gives up (`repairbot.giving_up`): a candidate that changes a value (an edit, a cast, a
+   key, a retry) before any that passes over work, and among those the smaller give-up first — the
+   skip of a statement that only reports, then rows of a batch dropped (or their bad values replaced),
+   then an item or the rest of an iteration passed over, then the skip of a statement that assigns,
+   and last a candidate that discards trained state. The level is the larger of what the family says
+   (`GeneratedRepair.gives_up`) and what the code shows (a `continue`, `break` or `return` the edit
+   introduces, a name rebound to rows of itself, a layer or optimizer made anew), so a rule's or a
+   family's edit that passes over work unlabelled still ranks with its kind;
+2. among those that give up as much work, an edit of the code (whose own condition passes the work over
+   each time it comes back, counted by the account) before a decision taken at each crash (a skip, a
+   retry, an action), which costs a restore each time;
+3. the firmer the evidence, the earlier (`GeneratedRepair.evidence`): among the edits that give
+   nothing up, an operand traced to its origin or a key read from the live object comes first;
+4. the smaller the edit, the earlier: syntax nodes changed, plus two for each new name;
+5. the rules' (or the family's) confidence.
 
 The answer holds each repair once and at most `MAX_CANDIDATES`; trials in the training process
 then try them in this order (the service cannot: it holds no live state). Confidences are made
@@ -16,16 +26,18 @@ non-increasing down the list, so a consumer that sorts by confidence keeps this 
 from __future__ import annotations
 
 import ast
-import re
 import textwrap
 
+from repairbot import giving_up
 from repairbot.bounds import MAX_CODE, MAX_SUGGESTIONS, MAX_TARGET, MAX_WHOLE_DEFS
 from repairbot.generate.candidate import (
+    CUTS_ROWS,
     DISCARDS_STATE,
     DROPS_ELEMENTS,
+    INTRODUCES_JUMP,
+    PASSES_ITEM,
     REPLACES_DATA,
     REPLACES_NONFINITE,
-    PASSES_ITEM,
     SKIPS_ITERATION,
     SKIPS_REPORT,
     SKIPS_STATEMENT,
@@ -37,9 +49,14 @@ from repairbot.protocol import Suggestion
 from repairbot.signs import parse
 
 MAX_CANDIDATES = MAX_SUGGESTIONS
-_GIVING_UP = {"": 0, DROPS_ELEMENTS: 1, REPLACES_DATA: 1, REPLACES_NONFINITE: 1, SKIPS_REPORT: 1,
-              PASSES_ITEM: 2, SKIPS_ITERATION: 2, SKIPS_STATEMENT: 3, DISCARDS_STATE: 4}
-_NEW_STATE = re.compile(r"\b(?:nn|torch\.nn)\.[A-Z]\w*\(|\b(?:optim|torch\.optim)\.[A-Z]\w*\(|\.add_param_group\(")
+LEVELS = {"": giving_up.NOTHING, SKIPS_REPORT: giving_up.REPORT, DROPS_ELEMENTS: giving_up.ROWS,
+          CUTS_ROWS: giving_up.ROWS, REPLACES_DATA: giving_up.ROWS, REPLACES_NONFINITE: giving_up.ROWS,
+          PASSES_ITEM: giving_up.ITERATION, SKIPS_ITERATION: giving_up.ITERATION, INTRODUCES_JUMP: giving_up.ITERATION,
+          SKIPS_STATEMENT: giving_up.STATEMENT, DISCARDS_STATE: giving_up.STATE}
+"""The level (`repairbot.giving_up`) of each thing a family says its candidate gives up."""
+_SAID = {giving_up.ROWS: CUTS_ROWS, giving_up.ITERATION: INTRODUCES_JUMP, giving_up.STATEMENT: SKIPS_STATEMENT,
+         giving_up.STATE: DISCARDS_STATE}
+"""What a candidate gives up, said for the level its code shows when its family said less."""
 
 
 def from_rules(suggestion: Suggestion) -> GeneratedRepair:
@@ -59,7 +76,7 @@ def ranked(candidates: list[GeneratedRepair], sites: list[FunctionSite]) -> list
     for candidate in candidates:
         if len(candidate.code) > MAX_CODE or len(candidate.target or "") > MAX_TARGET:
             continue
-        candidate.gives_up = candidate.gives_up or _gives_up(candidate, sources)
+        candidate.gives_up = _gives_up(candidate, sources)
         measured.append(measure(candidate, sources.get(candidate.target if candidate.kind != "action" else "-"), known))
     measured.sort(key=_key)
     kept: list[GeneratedRepair] = []
@@ -90,9 +107,11 @@ def suggestions(kept: list[GeneratedRepair]) -> list[Suggestion]:
     return suggestions
 
 
-def _key(candidate: GeneratedRepair) -> tuple[int, int, int, float]:
+def _key(candidate: GeneratedRepair) -> tuple[int, bool, int, int, float]:
+    level = LEVELS.get(candidate.gives_up, giving_up.STATE)
     return (
-        _GIVING_UP.get(candidate.gives_up, 5),
+        level,
+        level > giving_up.NOTHING and candidate.kind not in ("surgery", "patch_function"),
         -candidate.evidence,
         candidate.cost + 2 * candidate.new_names,
         -(candidate.confidence if candidate.confidence is not None else 0.45 + 0.2 * candidate.evidence),
@@ -100,17 +119,17 @@ def _key(candidate: GeneratedRepair) -> tuple[int, int, int, float]:
 
 
 def _gives_up(candidate: GeneratedRepair, sources: dict[str | None, str]) -> str:
-    """What a candidate loses, read from what it is: a skip, or code that builds a new layer or optimizer."""
-    if candidate.kind == "skip_iteration":
-        return SKIPS_ITERATION
-    if candidate.kind == "skip":
-        return SKIPS_STATEMENT
-    if candidate.kind in ("action", "surgery", "patch_function"):
-        old = sources.get(candidate.target, "") if candidate.kind != "action" else ""
-        unchanged = {line.strip() for line in old.splitlines()}
-        if any(_NEW_STATE.search(line) and line.strip() not in unchanged for line in candidate.code.splitlines()):
-            return DISCARDS_STATE
-    return ""
+    """What a candidate loses: what its family says, or more where its code shows more (a jump or a filter it
+    introduces, a layer or an optimizer it makes anew). A kind without code is what its family says it is
+    (the skip of a statement that only reports), else what its kind is."""
+    said = candidate.gives_up
+    if said and candidate.kind in ("retry", "skip", "skip_iteration"):
+        return said
+    old = sources.get(candidate.target) if candidate.kind != "action" else None
+    level = giving_up.of_code(candidate.kind, candidate.code, old)
+    if level <= LEVELS.get(said, giving_up.STATE):
+        return said
+    return SKIPS_ITERATION if candidate.kind == "skip_iteration" else _SAID[level]
 
 
 def _canonical(code: str) -> str:

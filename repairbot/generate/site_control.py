@@ -26,12 +26,8 @@ from collections.abc import Iterator
 
 from repairbot.generate.candidate import PASSES_ITEM, SKIPS_ITERATION, SKIPS_REPORT, GeneratedRepair
 from repairbot.generate.view import View
+from repairbot.giving_up import REPORTERS, REPORTING_MODULES
 
-REPORTERS = ("logging.", "tqdm.", "torch.utils.tensorboard.", "tensorboardX.", "wandb.", "mlflow.", "_io.")
-"""Module prefixes of the classes whose methods only report: loggers, progress bars, metric boards, text
-streams. A receiver is known by its live value's class (the report's facts), never by its name."""
-_REPORTING_MODULES = frozenset({"logging", "warnings"})
-"""Modules whose functions only report, called through the module's own name (`logging.info(...)`)."""
 _CODE_ERRORS = frozenset({"NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundError", "SyntaxError",
                           "IndentationError", "NotImplementedError", "RecursionError"})
 """Exceptions that say the code is wrong whatever the data: passing the data over cannot help."""
@@ -81,7 +77,7 @@ def _reports(view: View, called: ast.expr) -> bool:
         receiver = receiver.value
     if not isinstance(receiver, ast.Name):
         return False
-    if receiver is called.value and receiver.id in _REPORTING_MODULES and view.uses_module(receiver.id):
+    if receiver is called.value and receiver.id in REPORTING_MODULES and view.uses_module(receiver.id):
         return True
     if receiver is not called.value:
         return False  # `a.b.write(...)`: what `a.b` is, the report does not say
