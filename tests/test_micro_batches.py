@@ -13,6 +13,11 @@ from typing import Any
 
 import pytest
 
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
 import daifu
 from daifu.report.build import build_report
 from repairbot.generate import generate

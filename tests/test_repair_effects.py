@@ -96,7 +96,9 @@ def test_an_action_whose_own_code_writes_a_file_in_its_trial_is_not_applied(
         run(url, tmp_path)
     assert not (tmp_path / "journal.txt").exists()
     err = capsys.readouterr().err
-    assert "its own code (<daifu action" in err and "for writing" in err
+    assert "none applied" in err and "1. action" in err and "for writing" in err, err  # a line per candidate
+    record = (tmp_path / "ws" / "repairbot_suggestions.jsonl").read_text()
+    assert "its own code (<daifu action" in record and "for writing" in record, record
 
 
 def test_a_surgery_whose_changed_line_writes_a_file_in_its_trial_is_not_applied(

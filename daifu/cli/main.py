@@ -167,6 +167,9 @@ def _run(args: argparse.Namespace) -> int:
         raise
     except BaseException as error:  # what `python script.py` would print: none of this launcher's frames
         shown = launch.script_traceback(error.__traceback__, code)
+        # What the interpreter sets for an uncaught exception: the record's `Program End with Exception`
+        # (`daifu.store.record`) and post-mortem tools read it.
+        sys.last_type, sys.last_value, sys.last_traceback = type(error), error, shown
         sys.excepthook(type(error), error.with_traceback(shown), shown)  # Python prints the exception's own
         return 130 if isinstance(error, KeyboardInterrupt) else 1
     return 0

@@ -113,7 +113,13 @@ def poisoned_text(text: str) -> str | None:
 
 
 def _message(error: BaseException) -> str:
-    try:
-        return str(error)
-    except Exception:  # noqa: BLE001 - an error whose message cannot be made says nothing
-        return ""
+    """The error's message; one whose class makes its own (`__str__` of the program's) is made under a
+    deadline (`daifu.core.bounded`): a message that never comes must not hold the crash."""
+    if type(error).__str__ is BaseException.__str__:
+        try:
+            return str(error)
+        except Exception:  # noqa: BLE001 - an error whose message cannot be made says nothing
+            return ""
+    from daifu.core.bounded import describe
+
+    return describe(error, str)

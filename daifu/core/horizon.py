@@ -18,7 +18,8 @@ from a batch), the optimizer steps taken (`daifu.core.steps`), the losses and th
   which the repair's code did not run took. Where it ran in each, the plan is not known and no step
   is judged: the steps the program took before the crash (`steps_before`) cannot say how many an
   iteration of this loop takes (a REINFORCE loop steps once an episode, not once a move);
-- training goes on: each loss that was finite before the crash stays finite, and its median over
+- training goes on (a running total the function adds to, `running_loss += ...`, grows by design and
+  is not judged): each loss that was finite before the crash stays finite, and its median over
   those iterations is not worse by more than `LOSS_MARGIN` than both before the crash and at the end
   of the crashed iteration as the repair left it: a crash often comes where the program changes
   phase (eight augmented views from step 60, a longer context), and the loss before it belongs to
@@ -30,10 +31,14 @@ judged at all: never a pass of the unseen part, and the verdict says how far it 
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
 import statistics
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from types import CodeType
 from typing import Any
 
 LOSS_MARGIN = (0.5, 0.05)
@@ -129,6 +134,20 @@ def judge(iterations: Sequence[IterationFacts], budget: int, losses_before: Mapp
                  for name, value in losses_before.items()}
     reasons += _losses_worse(past(iterations), reference)
     return tuple(reasons)
+
+
+def running_totals(code: CodeType | None) -> frozenset[str]:
+    """The names `code`'s function adds to in place (`running_loss += loss.item()`): a running total of
+    losses grows with every iteration by design, and is no loss to judge; empty where the source cannot
+    be read."""
+    if code is None:
+        return frozenset()
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(code)))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return frozenset()
+    return frozenset(node.target.id for node in ast.walk(tree)
+                     if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name))
 
 
 def _losses_worse(seen: Sequence[IterationFacts], losses_before: Mapping[str, float]) -> list[str]:

@@ -51,7 +51,7 @@ from typing import Any
 
 from daifu import config
 from daifu.core import cuda, health, isolate, sandbox, steps, trial_memory
-from daifu.core.horizon import IterationFacts, judge, summary
+from daifu.core.horizon import IterationFacts, judge, running_totals, summary
 
 _DAIFU = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RETURNED = "the function returned"
@@ -741,9 +741,11 @@ def _verdict(outcome: Outcome, detail: str, where: str, frame: FrameType | None,
     seconds = time.perf_counter() - child.started
     peak = 0 if child.inprocess else trial_memory.peak()
     found = health.examine(child.before, child.view(frame))
+    totals = running_totals(frame.f_code if frame is not None else None)
+    judged = {name: value for name, value in found.losses_before.items() if name not in totals}
     return Verdict(
         outcome, seconds, 0.0, detail, where, tuple(found.spoilt), tuple(found.nonfinite),
-        tuple(found.discarded), found.losses_before, found.losses_after, peak_bytes=peak,
+        tuple(found.discarded), judged, found.losses_after, peak_bytes=peak,
         shared_memory=child.isolation.shared_memory(),
         isolated="; ".join(part for part in (child.isolation.describe(), child.limits) if part),
         reached=reached, iterations=tuple(looking.seen), horizon=looking.asked, ended=looking.ended,
