@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator
 
@@ -30,6 +31,24 @@ def _isolated(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     config.reset()
     RUN.reset()
+
+
+@pytest.fixture(scope="module")
+def bot_url() -> Iterator[str]:
+    """The embedded rules bot, served over HTTP on a free port of 127.0.0.1 for a module's tests."""
+    from repairbot.server import start_in_thread  # the bot's packages are optional: imported where used
+
+    url, stop = start_in_thread(backend="rules", port=0)
+    yield url
+    stop()
+
+
+@pytest.fixture
+def automatic(bot_url: str, tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
+    """Automatic mode against the real bot; returns a function giving the repairs of this test."""
+    daifu.configure(mode="automatic", approve="auto", bot_url=bot_url, workspace=tmp_path / "daifu_workspace")
+    before = RUN.recorded
+    return lambda: RUN.repairs_since(before)
 
 
 @pytest.fixture

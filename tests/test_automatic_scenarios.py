@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -55,21 +55,6 @@ F = torch.nn.functional
 
 
 # -- the service and the automatic mode ------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def bot_url() -> Iterator[str]:
-    url, stop = start_in_thread(backend="rules", port=0)
-    yield url
-    stop()
-
-
-@pytest.fixture
-def automatic(bot_url: str, tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
-    """Automatic mode against the real bot; returns a function giving the repairs of this test."""
-    daifu.configure(mode="automatic", approve="auto", bot_url=bot_url, workspace=tmp_path / "daifu_workspace")
-    before = RUN.recorded
-    return lambda: RUN.repairs_since(before)
 
 
 def bot_answers(tmp_path: Path) -> list[dict[str, Any]]:

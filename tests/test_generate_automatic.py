@@ -9,7 +9,7 @@ edit, chosen by its trial. The runs are compared with their hand-fixed twins.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,8 @@ import daifu
 from daifu.core.trial import unavailable
 from daifu.decide.candidates import MAX_SKIPS
 from daifu.report.build import build_report
-from daifu.state import RUN
 from repairbot.rules.context import ReportView
 from repairbot.rules.engine import RULES
-from repairbot.server import start_in_thread
 from tests.botfixtures import crash_from
 from tests.copies import fresh
 
@@ -36,20 +34,6 @@ nn = torch.nn
 F = torch.nn.functional
 
 pytestmark = [pytest.mark.torch, pytest.mark.skipif(unavailable() is not None, reason=f"no trials: {unavailable()}")]
-
-
-@pytest.fixture(scope="module")
-def bot_url() -> Iterator[str]:
-    url, stop = start_in_thread(backend="rules", port=0)
-    yield url
-    stop()
-
-
-@pytest.fixture
-def automatic(bot_url: str, tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
-    daifu.configure(mode="automatic", approve="auto", bot_url=bot_url, workspace=tmp_path / "daifu_workspace")
-    before = RUN.recorded
-    return lambda: RUN.repairs_since(before)
 
 
 def answers(tmp_path: Path) -> list[dict[str, Any]]:

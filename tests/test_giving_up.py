@@ -10,7 +10,7 @@ gives up less.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,10 @@ from daifu.decide.botclient import BotAnswer
 from daifu.decide.candidates import candidates, rank
 from daifu.decide.verify import Verification
 from daifu.report.build import build_report
-from daifu.state import RUN
 from repairbot.generate import generate
 from repairbot.generate.candidate import INTRODUCES_JUMP, SKIPS_ITERATION, SKIPS_REPORT, GeneratedRepair
 from repairbot.generate.rank import from_rules, ranked
 from repairbot.protocol import Suggestion
-from repairbot.server import start_in_thread
 from tests.botfixtures import crash_from
 from tests.copies import fresh
 
@@ -142,20 +140,6 @@ def test_the_client_tries_the_skip_of_a_print_before_the_skip_of_the_iteration()
 
 
 # -- in automatic mode, with trials ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def bot_url() -> Iterator[str]:
-    url, stop = start_in_thread(backend="rules", port=0)
-    yield url
-    stop()
-
-
-@pytest.fixture
-def automatic(bot_url: str, tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
-    daifu.configure(mode="automatic", approve="auto", bot_url=bot_url, workspace=tmp_path / "daifu_workspace")
-    before = RUN.recorded
-    return lambda: RUN.repairs_since(before)
 
 
 def the_bot_answers(monkeypatch: pytest.MonkeyPatch, suggestions: list[Suggestion]) -> None:

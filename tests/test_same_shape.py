@@ -11,7 +11,7 @@ tried on a copy of the run before it is applied.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +27,12 @@ import daifu.decide.automatic as automatic_mode
 from daifu.core.trial import unavailable
 from daifu.decide.botclient import BotAnswer
 from daifu.decide.same_shape import correspondence, renamed, shape
-from daifu.state import RUN
-from repairbot.server import start_in_thread
 from tests.copies import fresh
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
 pytestmark = [pytest.mark.torch, pytest.mark.skipif(unavailable() is not None, reason=f"no trials: {unavailable()}")]
-
-
-@pytest.fixture(scope="module")
-def bot_url() -> Iterator[str]:
-    url, stop = start_in_thread(backend="rules", port=0)
-    yield url
-    stop()
-
-
-@pytest.fixture
-def automatic(bot_url: str, tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
-    daifu.configure(mode="automatic", approve="auto", bot_url=bot_url, workspace=tmp_path / "daifu_workspace")
-    before = RUN.recorded
-    return lambda: RUN.repairs_since(before)
 
 
 def answers(tmp_path: Path) -> list[dict[str, Any]]:

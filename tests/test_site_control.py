@@ -20,8 +20,6 @@ and compares the result with a plain run of the loop written the right way:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,8 +30,6 @@ for _package in BOT:
     pytest.importorskip(_package)
 
 import daifu
-from daifu.state import RUN
-from repairbot.server import start_in_thread
 from tests.copies import fresh
 
 pytestmark = pytest.mark.torch
@@ -42,21 +38,6 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 data = pytest.importorskip("torch.utils.data")
-
-
-@pytest.fixture(scope="module")
-def bot_url() -> Iterator[str]:
-    url, stop = start_in_thread(backend="rules", port=0)
-    yield url
-    stop()
-
-
-@pytest.fixture
-def automatic(bot_url: str, tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
-    """Automatic mode against the real bot; returns a function giving the repairs of this test."""
-    daifu.configure(mode="automatic", approve="auto", bot_url=bot_url, workspace=tmp_path / "daifu_workspace")
-    before = RUN.recorded
-    return lambda: RUN.repairs_since(before)
 
 
 def model_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
