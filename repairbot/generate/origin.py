@@ -13,7 +13,8 @@ that made it, and proposes the typed edit there:
 - a cast (`.float()`, `.long()`...) of the value made with the wrong dtype (`torch.from_numpy(a)`);
 - `- 1` on labels or ids made from data numbered from 1, when the live values show exactly that
   offset against the class count (smallest 1, largest the count) and nothing on the way holds a 0;
-- `//` for each `/` that made a float where an int belongs, or `int(...)` around the value;
+- `//` for each `/` that made a float where an int belongs, or `int(...)` around the value; for a count
+  of a `range` whose division leaves a remainder, the count rounded up first (floor would drop it);
 - a size read from this iteration's data (`real.size(0)`) in place of the configured number
   (`batch_size`, `args.batch_size`) in the statements the wrong tensor was made from.
 
@@ -30,8 +31,8 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from repairbot.generate import edits, infer, make
-from repairbot.generate.candidate import GeneratedRepair
+from repairbot.generate import counts, edits, infer, make
+from repairbot.generate.candidate import ROUNDS_DOWN, GeneratedRepair
 from repairbot.generate.trace import Link, definition, interrupted_loop, reads, slice_of
 from repairbot.generate.view import View
 from repairbot.protocol import Operand
@@ -172,25 +173,33 @@ def _range(facts: dict[str, Any]) -> tuple[int, int] | None:
 
 
 def _integer(view: View, names: list[str]) -> Iterator[GeneratedRepair | None]:
-    """`//` where a float that belongs to an int was divided, else `int(...)` where it was made."""
+    """`//` where a float that belongs to an int was divided, else `int(...)` where it was made; for a count
+    whose division leaves a remainder, the count rounded up first (`repairbot.generate.counts`)."""
     for name in names:
         if view.type_of(name) != "float":
             continue
+        remainder = counts.loses_remainder(view, name)
+        down = ROUNDS_DOWN if remainder else ""
         links = chain(view, name, lambda read: view.type_of(read) == "float")
         for link in links:
             if link.kind != "assign" or not link.reruns or link.value is None:
                 continue
             for node in ast.walk(link.value):
                 if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+                    made = (f"`{link.name}` is a float because it is computed with `/` (line "
+                            f"{link.statement.lineno} of the function), and `{name}` is used as an int")
+                    if remainder:
+                        yield make.changed(view, counts.ceiling(view, node),
+                                           f"{made}; it counts the iterations of a `range` and the division leaves "
+                                           f"a remainder ({view.facts(name)['value']}): round it up there, so "
+                                           "the last, partial batch is reached too.", FAMILY, AT_ORIGIN)
                     yield make.changed(view, edits.replace_between(view, node.left, node.right, "/", "//"),
-                                       f"`{link.name}` is a float because it is computed with `/` (line "
-                                       f"{link.statement.lineno} of the function), and `{name}` is used as an int: "
-                                       "use `//` there.", FAMILY, AT_ORIGIN)
+                                       f"{made}: use `//` there.", FAMILY, AT_ORIGIN, down)
         last = _last_rerun(links)
         if last is not None and last.value is not None:
             yield make.changed(view, make.wrap_node(view, last.value, "int({})"),
                                f"Make `{last.name}` an int where it is computed, so `{name}` is one where it is used.",
-                               FAMILY, 2)
+                               FAMILY, 2, down)
 
 
 def _data_size(view: View, operand: Operand, names: list[str], rows: int,
