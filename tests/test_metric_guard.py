@@ -112,6 +112,29 @@ def test_f1_with_no_true_positive_is_guarded_to_zero() -> None:
     assert ["f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0"] in found
 
 
+def detect_f1_guarded(model, features, events, rounds, thresholds):
+    scores, best_f1, best_round = [], -1.0, -1
+    for round_ in range(rounds):
+        with torch.no_grad():
+            flagged = model(features).squeeze(1) > thresholds[round_]
+        tp = int((flagged & events).sum())
+        fp = int((flagged & ~events).sum())
+        fn = int((~flagged & events).sum())
+        precision = tp / (tp + fp)
+        recall = tp / (tp + fn)
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        scores.append(round(f1, 4))
+        if f1 > best_f1:
+            best_f1, best_round = f1, round_
+    return scores, best_round
+
+
+def test_a_quotient_read_by_a_guard_is_guarded_and_the_guard_is_kept() -> None:
+    model, features, events, _ = detector()
+    found = surgeries(detect_f1_guarded, model, features, events, 3, [100.0, -100.0, 0.0])
+    assert ["precision = tp / (tp + fp) if tp + fp else 0.0"] in found
+
+
 @needs_trials
 def test_a_metric_over_nothing_recovers_as_the_fixed_program(automatic) -> None:
     model, features, events, cut = detector()

@@ -18,6 +18,8 @@ One module per family of edits, each with `propose(view)`:
 - `dtypes`: casts to the dtype the other operand, the module or the loss needs;
 - `shapes`: edits derived from the actual shapes (flatten, unsqueeze, squeeze, transpose, reshape,
   `view` -> `reshape`, the other tensor of a pair cut to match);
+- `state_keys`: a state dict saved from (or for) a wrapper such as DataParallel or `torch.compile`, its keys
+  renamed as they are loaded where one prefix maps the unexpected keys exactly onto the missing ones;
 - `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
   dicts indexed by a key;
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy;
@@ -67,6 +69,7 @@ from repairbot.generate import (
     origin,
     shapes,
     site_control,
+    state_keys,
     structure,
 )
 from repairbot.generate.candidate import GeneratedRepair
@@ -81,6 +84,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (origin.propose, "tensor_mismatch"),
     (numbers.propose, "api_misuse"),
     (structure.propose, "api_misuse"),
+    (state_keys.propose, "api_misuse"),
     (dtypes.propose, "tensor_mismatch"),
     (shapes.propose, "tensor_mismatch"),
     (graph.propose, "api_misuse"),

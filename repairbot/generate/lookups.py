@@ -322,13 +322,21 @@ def _guarded(view: View, lookup: Lookup) -> Iterator[GeneratedRepair | None]:
         if later is None:
             continue
         divisions = [node] + [d for s in later for d in ast.walk(s) if isinstance(d, ast.BinOp)
-                              and isinstance(d.op, (ast.Div, ast.FloorDiv)) and _pure(d.right)]
+                              and isinstance(d.op, (ast.Div, ast.FloorDiv)) and _pure(d.right)
+                              and not _already_guarded(view, d)]
         divisor = edits.text(view, node.right)
         more = f" (and in the {len(divisions) - 1} measure(s) computed from it)" if len(divisions) > 1 else ""
         yield make.changed(view, edits.replace(view, [(d, _guard(view, d)) for d in divisions]),
                            f"`{divisor}` is 0 and the quotient only measures the run (a metric over nothing: it is "
                            "reported, compared or combined into other measures, never trained on): take 0 when "
                            f"there is nothing to divide by{more}, as metric libraries do.", FAMILY, 2)
+
+
+def _already_guarded(view: View, division: ast.BinOp) -> bool:
+    """Whether `division` is the value of `... if <its divisor> else ...` (a guard a repair put there before)."""
+    parent = view.parent(division)
+    return (isinstance(parent, ast.IfExp) and parent.body is division
+            and ast.dump(parent.test) == ast.dump(division.right))
 
 
 def _guard(view: View, division: ast.BinOp) -> str:

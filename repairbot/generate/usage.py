@@ -192,27 +192,34 @@ def measures(view: View, name: str, statement: ast.stmt) -> list[ast.stmt] | Non
 
 
 def _in_condition(view: View, node: ast.AST) -> bool:
-    """Whether `node` is an operand of a comparison that is (part of) an `if`, `while` or conditional test."""
-    current, parent = node, view.parent(node)
-    while isinstance(parent, (ast.BinOp, ast.UnaryOp)) or (
-            isinstance(parent, ast.Call) and _measure_call(parent) and current is not parent.func):
-        current, parent = parent, view.parent(parent)
-    if not isinstance(parent, ast.Compare):
-        return False
-    test, above = parent, view.parent(parent)
+    """Whether `node` (through arithmetic and a comparison) is the test of an `if`, a `while` or a conditional
+    expression, or part of one (`precision + recall` in `... if precision + recall else 0.0`)."""
+    test = _lifted(view, node)
+    if isinstance(view.parent(test), ast.Compare):
+        test = view.parent(test)  # type: ignore[assignment]
+    above = view.parent(test)
     while isinstance(above, (ast.BoolOp, ast.UnaryOp)):
         test, above = above, view.parent(above)
     return isinstance(above, (ast.If, ast.While, ast.IfExp)) and above.test is test
+
+
+def _lifted(view: View, node: ast.AST) -> ast.AST:
+    """`node`, or the outermost expression around it that only does arithmetic on it (`2 * p * r`), through
+    the calls that change only its form (`round(f1, 4)`) and the branches of a conditional expression."""
+    current, parent = node, view.parent(node)
+    while isinstance(parent, (ast.BinOp, ast.UnaryOp)) or (
+            isinstance(parent, ast.Call) and _measure_call(parent) and current is not parent.func) or (
+            isinstance(parent, ast.IfExp) and current is not parent.test):
+        current, parent = parent, view.parent(parent)
+    return current
 
 
 def _measure_made(view: View, node: ast.AST) -> list[tuple[str, ast.stmt]] | None:
     """The names (with the statement assigning them) that `node`'s value goes into by arithmetic alone: `f1`
     for `precision` in `f1 = 2 * precision * recall / ...`, `best` in `best, at = score, step`; `None`
     when it goes anywhere else."""
-    current, parent = node, view.parent(node)
-    while isinstance(parent, (ast.BinOp, ast.UnaryOp)) or (
-            isinstance(parent, ast.Call) and _measure_call(parent) and current is not parent.func):
-        current, parent = parent, view.parent(parent)
+    current = _lifted(view, node)
+    parent = view.parent(current)
     if isinstance(parent, ast.Tuple) and isinstance(view.parent(parent), ast.Assign):
         assign = view.parent(parent)
         assert isinstance(assign, ast.Assign)
