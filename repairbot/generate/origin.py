@@ -33,7 +33,7 @@ from typing import Any
 
 from repairbot.generate import counts, edits, infer, make
 from repairbot.generate.candidate import ROUNDS_DOWN, GeneratedRepair
-from repairbot.generate.trace import Link, definition, interrupted_loop, reads, slice_of
+from repairbot.generate.trace import Link, binding, bound_names, definition, interrupted_loop, reads, slice_of
 from repairbot.generate.view import View
 from repairbot.protocol import Operand
 
@@ -75,14 +75,14 @@ def _names(expression: str) -> list[str]:
 # -- following a fault back ---------------------------------------------------------------------------
 
 
-def chain(view: View, name: str, carries: Callable[[str], bool]) -> list[Link]:
+def chain(view: View, name: str, carries: Callable[[str], bool], first: Link | None = None) -> list[Link]:
     """The links from the faulty statement back to where `name`'s value was made: a link whose value reads
-    exactly one name that `carries` the fault is followed through that name."""
+    exactly one name that `carries` the fault is followed through that name (from `first`, when given)."""
     links: list[Link] = []
     current, use = name, view.statement
     assert use is not None
     for _ in range(_CHAIN):
-        link = definition(view, current, use)
+        link = first if first is not None and not links else definition(view, current, use)
         if link is None:
             break
         links.append(link)
@@ -93,6 +93,21 @@ def chain(view: View, name: str, carries: Callable[[str], bool]) -> list[Link]:
             break
         current, use = carriers[0], link.statement
     return links
+
+
+def chains(view: View, name: str, carries: Callable[[str], bool]) -> list[list[Link]]:
+    """`chain`, and where it stops at an `if` that binds its name in both branches, the chain on from each
+    branch's binding: which branch ran is not in the report, so each is a candidate for its own trial."""
+    links = chain(view, name, carries)
+    last = links[-1] if links else None
+    if last is None or last.kind != "other" or not isinstance(last.statement, ast.If):
+        return [links]
+    found = []
+    for branch in (last.statement.body, last.statement.orelse):
+        bindings = [statement for statement in branch if last.name in bound_names(statement)]
+        if bindings:
+            found.append(links[:-1] + chain(view, last.name, carries, binding(view, last.name, bindings[-1])))
+    return found or [links]
 
 
 def _last_rerun(links: list[Link]) -> Link | None:
@@ -134,11 +149,11 @@ def _cast(view: View, operand: Operand, names: list[str], target: str) -> Iterat
     for name in names:
         if view.facts(name).get("dtype") != have:
             continue
-        links = chain(view, name, lambda read: view.is_tensor(read) and view.facts(read).get("dtype") == have)
-        code = _at(view, links, "{a}" + f".{method}()")
-        yield make.changed(view, code, f"{operand.wrong or f'`{name}` is {have}'}. It is made {have} "
-                           f"{_where(links)}: convert it to {target} there, so every use sees {target}.",
-                           FAMILY, AT_ORIGIN)
+        for links in chains(view, name, lambda read: view.is_tensor(read) and view.facts(read).get("dtype") == have):
+            code = _at(view, links, "{a}" + f".{method}()")
+            yield make.changed(view, code, f"{operand.wrong or f'`{name}` is {have}'}. It is made {have} "
+                               f"{_where(links)}: convert it to {target} there, so every use sees {target}.",
+                               FAMILY, AT_ORIGIN)
 
 
 def _offset(view: View, operand: Operand, names: list[str], count: int) -> Iterator[GeneratedRepair | None]:
