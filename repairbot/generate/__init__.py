@@ -25,6 +25,8 @@ One module per family of edits, each with `propose(view)`:
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy;
 - `leaves`: an in-place change of a leaf that requires grad (`w.clamp_`, `w -= lr * w.grad`) made in
   `torch.no_grad()` (or on `.data`);
+- `logs`: a NaN or Inf made by `log` of a tensor holding zeros (an entropy of a sharpened softmax): the
+  log of the values clamped to the smallest positive number of their dtype, where they were made;
 - `lookups`: from the live object a failed lookup looked in (the report's `lookups`): the nearest key,
   attribute or name holding the kind of value the place needs, `setdefault`/`.get` for a missing entry of
   a mapping that keeps the run's accounts, an index one past the end of a list of settings clamped, a
@@ -63,6 +65,7 @@ from repairbot.generate import (
     elements,
     graph,
     leaves,
+    logs,
     lookups,
     memory,
     numbers,
@@ -89,6 +92,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (shapes.propose, "tensor_mismatch"),
     (graph.propose, "api_misuse"),
     (leaves.propose, "api_misuse"),
+    (logs.propose, "exceptional_data"),
     (lookups.propose, "api_misuse"),
     (elements.propose, "api_misuse"),
     (constraints.propose, "api_misuse"),
