@@ -184,6 +184,7 @@ class Vaccine:
         self.ends_step: Callable[[dict[str, Any]], Any] | None = None
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self._bound: dict[ast.stmt, set[str]] = {}  # what each faulty statement binds (`_fingerprint`)
+        self._sites: dict[tuple[int, int], tuple[CodeType, Site]] = {}  # by code and offset raising (`_site`)
         self.versions: list[Version] = []
         with _collection_paused():  # thousands of new AST nodes would trigger full collections
             first = self._build(source, first_lineno)
@@ -361,17 +362,24 @@ class Vaccine:
         trial.crashed(error, frame, fetching)
 
     def _site(self, error: BaseException, frame: FrameType) -> Site | None:
-        version = self.units.get(id(frame.f_code))
+        """The faulty statement of a crash in `frame`; found once for each instruction that raises (a
+        repeated crash finds it in `_sites`)."""
+        code = frame.f_code
+        version = self.units.get(id(code))
         raised = raising_instruction(error, frame) if version is not None else None
         if version is None or raised is None:
             return None
         line, offset = raised
-        col = column(frame.f_code, offset) if line in version.shared_lines else None
+        known = self._sites.get((id(code), offset))
+        if known is not None and known[0] is code:  # the code object itself: an id may be reused
+            return known[1]
+        col = column(code, offset) if line in version.shared_lines else None
         found = locate(version.fdef.body, line, col)
         if found is None:
             return None
         node, header = found
-        return Site(version, path_of(node), header)
+        site = self._sites[(id(code), offset)] = code, Site(version, path_of(node), header)
+        return site[1]
 
     def _describe(self, error: BaseException, frame: FrameType, live: _Live, tried: list[tuple[str, str]]) -> Crash:
         """The crash as the layers above see it; `tried` is this site's account of what was tried, which
