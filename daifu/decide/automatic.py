@@ -37,8 +37,9 @@ from daifu.core.crash import Crash
 from daifu.core.decisions import Decision, Raise, Surgery
 from daifu.core.handling import RepairContext
 from daifu.core.kinds import code_of, play_name
-from daifu.decide import repeat, watch
-from daifu.decide.botclient import BotAnswer, ask_bot
+from daifu.decide import watch
+from daifu.decide.botclient import BotAnswer, ask_bot  # first: without the bot's packages, nothing more loads
+from daifu.decide import repeat
 from daifu.decide.by_person import person_decided, waiting
 from daifu.decide.candidates import Candidate, candidates, rank, with_experience
 from daifu.decide.contract import Person
