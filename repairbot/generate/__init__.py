@@ -18,6 +18,8 @@ One module per family of edits, each with `propose(view)`:
 - `dtypes`: casts to the dtype the other operand, the module or the loss needs;
 - `shapes`: edits derived from the actual shapes (flatten, unsqueeze, squeeze, transpose, reshape,
   `view` -> `reshape`, the other tensor of a pair cut to match);
+- `unread`: a value the function made from the faulty statement's operand and never used, read in its
+  place (`shift_logits` where the statement reads `logits`);
 - `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
   dicts indexed by a key;
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy;
@@ -68,6 +70,7 @@ from repairbot.generate import (
     shapes,
     site_control,
     structure,
+    unread,
 )
 from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import FunctionSite, View, sites
@@ -83,6 +86,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (structure.propose, "api_misuse"),
     (dtypes.propose, "tensor_mismatch"),
     (shapes.propose, "tensor_mismatch"),
+    (unread.propose, "tensor_mismatch"),
     (graph.propose, "api_misuse"),
     (leaves.propose, "api_misuse"),
     (lookups.propose, "api_misuse"),
