@@ -54,6 +54,9 @@ against the callee's running source, and its target must be a user function on t
 Every reason names a line of the file (a surgery's as its new version will have it), or a line of
 the action.
 
+One shape of `.backward()`, which is otherwise refused, is admitted: the gradients of the step accumulated
+over micro-batches, whose shares sum to one (`daifu.decide.allowlist_accumulate`).
+
 This is the static layer. The dynamic one is the trial (`daifu.core.trial`): unattended, an effect
 the repair's own code reaches there fails it (`daifu.decide.trial_effects`), but creating the folder a
 failing write needs.
