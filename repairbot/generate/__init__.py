@@ -20,6 +20,8 @@ One module per family of edits, each with `propose(view)`:
   `view` -> `reshape`, the other tensor of a pair cut to match);
 - `state_keys`: a state dict saved from (or for) a wrapper such as DataParallel or `torch.compile`, its keys
   renamed as they are loaded where one prefix maps the unexpected keys exactly onto the missing ones;
+- `unread`: a value the function made from the faulty statement's operand and never used, read in its
+  place (`shift_logits` where the statement reads `logits`);
 - `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
   dicts indexed by a key;
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy;
@@ -74,6 +76,7 @@ from repairbot.generate import (
     site_control,
     state_keys,
     structure,
+    unread,
 )
 from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import FunctionSite, View, sites
@@ -90,6 +93,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (state_keys.propose, "api_misuse"),
     (dtypes.propose, "tensor_mismatch"),
     (shapes.propose, "tensor_mismatch"),
+    (unread.propose, "tensor_mismatch"),
     (graph.propose, "api_misuse"),
     (leaves.propose, "api_misuse"),
     (logs.propose, "exceptional_data"),
