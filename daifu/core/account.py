@@ -17,7 +17,7 @@ A trial carries the decision out through the same runtime path, so the copy's `A
 the repair would give up in the copy, the same way.
 
 Samples of an iteration: the first dimension of the batch the loop's target holds (its tensors and
-arrays, or the first one among the lists, tuples and dicts holding them), else of a local named
+arrays, a list of records, or the first one among the lists, tuples and dicts holding them), else of a local named
 `batch`; else unknown, and said to be unknown, never guessed. The plan: the length of the loop (what
 its iterator says it holds, `plan_of`), summed over the passes of the loop the repair fired in.
 """
@@ -178,8 +178,9 @@ def account_of(site: Site, where: str) -> Account:
 
 
 def rows(value: Any) -> int | None:
-    """The first dimension of a tensor or array (`shape[0]`), of the first such value in a list, tuple
-    or dict, or the length of a list of plain values; `None` when `value` has no rows."""
+    """The first dimension of a tensor or array (`shape[0]`), the length of a list of records, of the first
+    such value in a list, tuple or dict, or the length of a list of plain values; `None` when `value` has
+    no rows."""
     shape = getattr(value, "shape", None)
     if shape is not None and not isinstance(value, type):
         try:
@@ -188,9 +189,20 @@ def rows(value: Any) -> int | None:
             return None
     if isinstance(value, Mapping):
         return _first_rows(value.values())
+    listed = records(value)
+    if listed is not None:
+        return listed
     if isinstance(value, (list, tuple)):
         inner = _first_rows(value)
         return inner if inner is not None or isinstance(value, tuple) else len(value)
+    return None
+
+
+def records(value: Any) -> int | None:
+    """The length of a list of records — dicts, one per sample, as a JSON-lines export or a dataset of
+    dicts gives them — whose own fields are not its rows; `None` for anything else."""
+    if type(value) is list and value and isinstance(value[0], Mapping):
+        return len(value)
     return None
 
 

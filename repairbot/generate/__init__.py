@@ -33,6 +33,8 @@ One module per family of edits, each with `propose(view)`:
 - `accumulate`: out of memory in a training step — its forward, loss and backward on micro-batches, the
   gradients accumulated, one optimizer step;
 - `memory`: out of memory — the faulty call re-run on chunks of its batch;
+- `ragged`: a batch made from a list whose samples differ in shape — the odd samples left out of the list
+  (or, integer sequences longer than the rest, cut to their length);
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
   make the missing folder of a write;
 - `site_control`: passing over chosen by what the faulty statement is, whatever the message: the next
@@ -65,6 +67,7 @@ from repairbot.generate import (
     memory,
     numbers,
     origin,
+    ragged,
     shapes,
     site_control,
     structure,
@@ -90,6 +93,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (constraints.propose, "api_misuse"),
     (accumulate.propose, "out_of_memory"),
     (memory.propose, "out_of_memory"),
+    (ragged.propose, "exceptional_data"),
     (control.propose, "exceptional_data"),
     (site_control.propose, "exceptional_data"),
 ]

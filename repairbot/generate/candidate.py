@@ -29,6 +29,7 @@ SKIPS_STATEMENT = "skips the faulty statement (the names it assigns keep their o
 SKIPS_REPORT = "skips a statement that only reports (a line of the log is lost, no trained state)"
 PASSES_ITEM = "passes over the item the loop's iterator could not make (a batch is not trained on)"
 DROPS_ELEMENTS = "drops the elements that do not match"
+CUTS_SEQUENCES = "cuts the sequences longer than the batch's others to their length (their last ids are not read)"
 REPLACES_DATA = "replaces the out-of-range values of this batch by 0 (conventionally the unknown or padding id)"
 REPLACES_NONFINITE = "replaces the NaN and Inf values of this iteration's data by 0"
 CUTS_ROWS = "leaves rows of a batch out (it rebinds a name to a part of itself)"
