@@ -57,6 +57,7 @@ class Firing:
     optimizer_steps: the calls of a `.step()` method among those statements (an optimizer's, a scheduler's).
     plan: the length of the loop's pass it fired in, when its iterator tells; `loop`: that iterator
         (a new one is a new pass, whose length adds to the plan).
+    held: for `rows`, the rows the batch held before they were dropped (the batch's size), when told.
     """
 
     how: str
@@ -66,6 +67,7 @@ class Firing:
     optimizer_steps: int = 0
     plan: int | None = None
     loop: Any = field(default=None, compare=False, repr=False)
+    held: int | None = None
 
     @property
     def what(self) -> str:
@@ -91,8 +93,17 @@ class Budget:
     text: str
 
     def exceeded_by(self, account: Account, firing: Firing) -> bool:
-        """Whether `firing`, added to `account`, would pass the budget."""
-        if self.firings is not None and account.firings + 1 > self.firings:
+        """Whether `firing`, added to `account`, would pass the budget.
+
+        Rows dropped from a batch (`rows`) are weighed by their number only, never by how many batches
+        they came from: a few bad rows left out of two batches give up less than the one batch the budget
+        allows. Their limit is the budget's samples, else the size of the batch they were dropped from;
+        only passing over whole statements or iterations counts against `firings`."""
+        if firing.how == "rows" and firing.samples is not None:
+            limit = self.samples if self.samples is not None else firing.held
+            if limit is not None:
+                return account.samples + firing.samples > limit
+        if self.firings is not None and account.firings - account.row_firings + 1 > self.firings:
             return True
         if self.samples is None:
             return False
@@ -106,6 +117,7 @@ class Account:
     """What the repairs of one site passed over in this run, summed over every firing.
 
     repairs: the numbers of the repairs made at the site (each crash repaired is one).
+    row_firings: the firings that dropped a known number of rows from a batch (weighed by rows only).
     unknown: the firings whose samples could not be told. plan: the summed lengths of the loop's passes
     it fired in (`None`: no pass told its length). budget: set by the watch of an automatic repair.
     """
@@ -114,6 +126,7 @@ class Account:
     where: str
     repairs: list[int] = field(default_factory=list)
     firings: int = 0
+    row_firings: int = 0
     samples: int = 0
     unknown: int = 0
     steps: int = 0
@@ -127,6 +140,7 @@ class Account:
         """Count one firing. A pass of the loop not seen before adds its length to the plan; the
         iterator is held so that its id names that pass only."""
         self.firings += 1
+        self.row_firings += firing.how == "rows" and firing.samples is not None
         self.steps += firing.steps
         self.statements += firing.statements
         self.optimizer_steps += firing.optimizer_steps
@@ -360,6 +374,12 @@ def dropped_rows(before: Mapping[str, Any], after: Mapping[str, Any]) -> int:
     return dropped
 
 
+def held_rows(before: Mapping[str, Any]) -> int | None:
+    """The most rows any of the values of `before` held: the batch's size before rows were dropped."""
+    found = [count for value in before.values() if (count := rows(value)) is not None]
+    return max(found) if found else None
+
+
 def dropped_by_rebinding(before: Mapping[str, Any], namespace: Mapping[str, Any], fdef: ast.FunctionDef,
                          path: Path) -> int:
     """The rows a changed statement at `path` dropped by rebinding the names of `before` (`dropped_rows`),
@@ -483,15 +503,16 @@ def _in_loops(fdef: ast.FunctionDef, kept: Mapping[int, int]) -> Iterable[tuple[
 
 
 def probe_firing(found: Probe, fdef: ast.FunctionDef, path: Path, namespace: Mapping[str, Any],
-                 dropped: int = 0) -> Firing | None:
+                 dropped: int = 0, held: int | None = None) -> Firing | None:
     """The firing of probe `found` at the statement at `path` of `fdef`, in a frame whose locals are
-    `namespace`; for a `rows` probe, `dropped`: the rows it dropped (none: no firing)."""
+    `namespace`; for a `rows` probe, `dropped`: the rows it dropped (none: no firing), of the `held` the
+    batch had."""
     if found.how == "rows":
         if dropped <= 0:
             return None
         around = loop_around(fdef, path)
         iterator = namespace.get(f"@it{around[1]}") if around and isinstance(around[0], ast.For) else None
-        return Firing("rows", dropped, 1, 0, 0, plan_of(iterator), iterator)
+        return Firing("rows", dropped, 1, 0, 0, plan_of(iterator), iterator, held)
     firing = iteration_firing(found.how, fdef, path, namespace, including=False)
     if firing is None or found.how == "continue":
         return firing

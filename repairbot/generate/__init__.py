@@ -35,6 +35,8 @@ One module per family of edits, each with `propose(view)`:
 - `memory`: out of memory — the faulty call re-run on chunks of its batch;
 - `ragged`: a batch made from a list whose samples differ in shape — the odd samples left out of the list
   (or, integer sequences longer than the rest, cut to their length);
+- `finite_rows`: rows holding NaN or Inf left out of the batch just after the statement that made it
+  (a def-use chain from the faulty statement back to the first tensor of the iteration holding them);
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
   make the missing folder of a write;
 - `site_control`: passing over chosen by what the faulty statement is, whatever the message: the next
@@ -61,6 +63,7 @@ from repairbot.generate import (
     control,
     dtypes,
     elements,
+    finite_rows,
     graph,
     leaves,
     lookups,
@@ -94,6 +97,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (accumulate.propose, "out_of_memory"),
     (memory.propose, "out_of_memory"),
     (ragged.propose, "exceptional_data"),
+    (finite_rows.propose, "exceptional_data"),
     (control.propose, "exceptional_data"),
     (site_control.propose, "exceptional_data"),
 ]
