@@ -319,3 +319,33 @@ def test_rows_dropped_are_weighed_by_their_number_against_the_batch_not_as_batch
     skipped = Account(("fit", "train.py", 9), "train.py:9")
     skipped.add(Firing("skip-iteration", None))
     assert unknown_batch.exceeded_by(skipped, Firing("skip-iteration", None))  # a second batch passed over
+
+
+# -- labels numbered from 1, reached through a parallel assignment -------------------------------------------
+
+
+def fit_shard(model, xs, ys, steps):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    for step in range(steps):
+        x, y = xs[step % len(xs)], ys[step % len(ys)]
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def shard() -> tuple[torch.Tensor, torch.Tensor]:
+    """Six batches of 12 rows whose labelling tool numbers the 4 classes from 1."""
+    generator = torch.Generator().manual_seed(4)
+    labels = torch.randint(0, 4, (6, 12), generator=generator)
+    centres = torch.randn(4, 5, generator=generator) * 2
+    return centres[labels] + 0.3 * torch.randn(6, 12, 5, generator=generator), labels + 1
+
+
+def test_labels_from_one_are_followed_through_a_parallel_assignment_to_where_they_are_taken() -> None:
+    xs, ys = shard()
+    torch.manual_seed(5)
+    suggestions = analyse(build_report(crash_from(fit_shard, nn.Linear(5, 4), xs, ys, 6)))[1]
+    best = next(s for s in suggestions if s.kind == "surgery")
+    assert "        x, y = xs[step % len(xs)], ys[step % len(ys)] - 1\n" in best.code, best.code

@@ -8,7 +8,7 @@ only what is safe), records their facts (type, dtype, shape, device, range, fini
 value), and names the operand whose facts disagree with what the failing call expects:
 
 - a classification loss (`cross_entropy`, `nll_loss`, their modules): a target outside the classes
-  its input has (`input.shape[1]`);
+  its input has (`input.shape[1]`; for `model(x)`, never called here, its last `nn.Linear`'s outputs);
 - a layer called on a tensor: a floating dtype other than its parameters', ids past an embedding's
   rows, a last dimension other than its `in_features`;
 - a message naming dtypes: the tensor whose floating dtype is the minority among the statement's;
@@ -367,13 +367,16 @@ def _loss_targets(result: _Found, evaluator: Evaluator, call: ast.Call, torch: A
         and type(loss).__module__.startswith("torch.nn"))
     if not is_loss:
         return
-    scores, target_node = _evaluated(evaluator, _argument(call, 0, "input")), _argument(call, 1, "target")
-    target = _evaluated(evaluator, target_node)
-    if not (is_a(scores, torch.Tensor) and is_a(target, torch.Tensor)) or scores.dim() == 0:
+    input_node, target_node = _argument(call, 0, "input"), _argument(call, 1, "target")
+    scores, target = _evaluated(evaluator, input_node), _evaluated(evaluator, target_node)
+    if is_a(scores, torch.Tensor) and scores.dim() > 0:
+        classes: int | None = int(scores.shape[1] if scores.dim() >= 2 else scores.shape[0])
+    else:
+        classes = _head_classes(evaluator, input_node, torch)
+    if classes is None or not is_a(target, torch.Tensor):
         return
     if target.is_floating_point() or target.numel() == 0 or target.numel() > MAX_ELEMENTS:
         return  # class probabilities, or nothing to judge
-    classes = int(scores.shape[1] if scores.dim() >= 2 else scores.shape[0])
     ignored = getattr(loss, "ignore_index", None) if is_a(loss, torch.nn.Module) else None
     keyword = _argument(call, 99, "ignore_index")
     ignored = _evaluated(evaluator, keyword) if keyword is not None else ignored
@@ -386,6 +389,28 @@ def _loss_targets(result: _Found, evaluator: Evaluator, call: ast.Call, torch: A
     if (low < 0 or high >= classes) and target_node is not None:
         _said(result, target_node, {"classes": classes},
               f"{_dtype(target)}, range {low}..{high}; the loss has {classes} classes (0..{classes - 1})")
+
+
+def _head_classes(evaluator: Evaluator, node: ast.expr | None, torch: Any) -> int | None:
+    """The classes a model's scores have where the loss's input is the model called (`model(x)`, never
+    evaluated: a module call runs user code): the `out_features` of its last `nn.Linear`, its head, read
+    from the modules' own storage; `None` when the input is anything else or the model has none."""
+    if not isinstance(node, ast.Call):
+        return None
+    model = _evaluated(evaluator, node.func)
+    if not is_a(model, torch.nn.Module):
+        return None
+    found = None
+    pending, seen = [model], 0
+    while pending and seen < 10_000:
+        module = pending.pop(0)
+        seen += 1
+        if type(module) is torch.nn.Linear:
+            found = object.__getattribute__(module, "__dict__").get("out_features")
+        children = object.__getattribute__(module, "__dict__").get("_modules")
+        if type(children) is dict:
+            pending[0:0] = [child for child in children.values() if is_a(child, torch.nn.Module)]
+    return found if type(found) is int else None
 
 
 def _layer_input(result: _Found, evaluator: Evaluator, call: ast.Call, torch: Any, message: str) -> None:
