@@ -349,3 +349,80 @@ def test_labels_from_one_are_followed_through_a_parallel_assignment_to_where_the
     suggestions = analyse(build_report(crash_from(fit_shard, nn.Linear(5, 4), xs, ys, 6)))[1]
     best = next(s for s in suggestions if s.kind == "surgery")
     assert "        x, y = xs[step % len(xs)], ys[step % len(ys)] - 1\n" in best.code, best.code
+
+
+# -- a batch of one row at the end of every pass, into BatchNorm ------------------------------------------
+
+
+def fit_normed(model, x_all, y_all, epochs, batch):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    rows_trained = 0
+    for epoch in range(epochs):
+        order = torch.randperm(len(x_all), generator=torch.Generator().manual_seed(epoch))
+        for first in range(0, len(x_all), batch):
+            idx = order[first:first + batch]
+            loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            rows_trained += len(idx)
+    return rows_trained
+
+
+def fit_normed_fixed(model, x_all, y_all, epochs, batch):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    rows_trained = 0
+    for epoch in range(epochs):
+        order = torch.randperm(len(x_all), generator=torch.Generator().manual_seed(epoch))
+        for first in range(0, len(x_all), batch):
+            idx = order[first:first + batch]
+            if len(idx) < 2:
+                continue
+            loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            rows_trained += len(idx)
+    return rows_trained
+
+
+def normed_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+
+
+@needs_trials
+def test_a_one_row_batch_at_the_end_of_every_pass_is_passed_over_where_it_is_made(
+        workspace: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """81 rows in batches of 16: each epoch ends with one row, which BatchNorm refuses in training. Skipping
+    the iteration at the crash only moves the crash to the next epoch; the batch passed over where it is
+    made holds for all four, and the budget allows it once per pass over the data."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(81, 4, generator=generator)
+    y = (x[:, 0] > 0).long()
+    model = normed_model()
+    rows = daifu.transform(fresh(fit_normed))(model, x, y, 4, 16)
+    fixed = normed_model()
+    assert rows == fit_normed_fixed(fixed, x, y, 4, 16) == 4 * 80
+    trained, hand_fixed = model.state_dict(), fixed.state_dict()
+    # BatchNorm counts the batch in `num_batches_tracked` before it refuses it: the crashed statement's own
+    # effect, there before DaiFu acts; every parameter and running statistic is the fixed run's
+    assert int(trained.pop("1.num_batches_tracked")) == int(hand_fixed.pop("1.num_batches_tracked")) + 1
+    assert model.training and all(torch.equal(a, b) for a, b in zip(trained.values(), hand_fixed.values()))
+    [repair] = applied(workspace)
+    assert repair["decision"] == "Surgery" and "if len(idx) <= 1:\n                continue" in repair["code"]
+    said = capfd.readouterr().err
+    assert "in 4 steps" in said and "budget" not in said, said
+
+
+def test_the_budget_holds_once_per_pass_at_the_same_place_of_the_pass_only() -> None:
+    from daifu.core.account import Account, Budget, Firing
+
+    budget = Budget(None, 1, "the crashed batch, once (its samples cannot be told)")
+    account = Account(("fit", "train.py", 9), "train.py:9")
+    first_pass, second_pass = iter(range(3)), iter(range(3))
+    account.add(Firing("continue", None, loop=first_pass, remaining=0))  # the last batch of the first epoch
+    assert not budget.exceeded_by(account, Firing("continue", None, loop=second_pass, remaining=0))
+    assert budget.exceeded_by(account, Firing("continue", None, loop=second_pass, remaining=1))  # another batch
+    assert budget.exceeded_by(account, Firing("continue", None, loop=first_pass, remaining=0))  # the same pass
+    assert budget.exceeded_by(account, Firing("continue", None, loop=second_pass))  # where in the pass: not told

@@ -58,6 +58,8 @@ class Firing:
     plan: the length of the loop's pass it fired in, when its iterator tells; `loop`: that iterator
         (a new one is a new pass, whose length adds to the plan).
     held: for `rows`, the rows the batch held before they were dropped (the batch's size), when told.
+    remaining: the items the loop's pass had left after the one it fired in, when its iterator tells
+        (0: the last batch of a pass).
     """
 
     how: str
@@ -68,6 +70,7 @@ class Firing:
     plan: int | None = None
     loop: Any = field(default=None, compare=False, repr=False)
     held: int | None = None
+    remaining: int | None = None
 
     @property
     def what(self) -> str:
@@ -98,11 +101,15 @@ class Budget:
         Rows dropped from a batch (`rows`) are weighed by their number only, never by how many batches
         they came from: a few bad rows left out of two batches give up less than the one batch the budget
         allows. Their limit is the budget's samples, else the size of the batch they were dropped from;
-        only passing over whole statements or iterations counts against `firings`."""
+        only passing over whole statements or iterations counts against `firings`. The budget holds once
+        per pass over the data: passing over the same place of a new pass of the loop as its first firing
+        did (the last batch of each epoch, too small for a layer) is the crashed batch again (`recurs`)."""
         if firing.how == "rows" and firing.samples is not None:
             limit = self.samples if self.samples is not None else firing.held
             if limit is not None:
                 return account.samples + firing.samples > limit
+        if account.recurs(firing):
+            return False
         if self.firings is not None and account.firings - account.row_firings + 1 > self.firings:
             return True
         if self.samples is None:
@@ -118,6 +125,8 @@ class Account:
 
     repairs: the numbers of the repairs made at the site (each crash repaired is one).
     row_firings: the firings that dropped a known number of rows from a batch (weighed by rows only).
+    position: where in its pass of the loop the first firing that passed over iterations was (the items
+    left after it), when told: a later pass over the same place is the same batch again (`recurs`).
     unknown: the firings whose samples could not be told. plan: the summed lengths of the loop's passes
     it fired in (`None`: no pass told its length). budget: set by the watch of an automatic repair.
     """
@@ -134,11 +143,20 @@ class Account:
     optimizer_steps: int = 0
     plan: int | None = None
     budget: Budget | None = None
+    position: int | None = None
     _loop: Any = field(default=None, repr=False)
+
+    def recurs(self, firing: Firing) -> bool:
+        """Whether `firing` passes over the same place of a new pass of the loop as the site's first firing
+        that passed over iterations did: both told by their iterators (`Firing.remaining`)."""
+        return (firing.how != "rows" and firing.remaining is not None and firing.remaining == self.position
+                and firing.loop is not None and firing.loop is not self._loop)
 
     def add(self, firing: Firing) -> None:
         """Count one firing. A pass of the loop not seen before adds its length to the plan; the
         iterator is held so that its id names that pass only."""
+        if firing.how != "rows" and self.firings == self.row_firings:
+            self.position = firing.remaining
         self.firings += 1
         self.row_firings += firing.how == "rows" and firing.samples is not None
         self.steps += firing.steps
@@ -148,9 +166,10 @@ class Account:
             self.unknown += 1
         else:
             self.samples += firing.samples
-        if firing.plan is not None and firing.loop is not self._loop:
+        if firing.loop is not None and firing.loop is not self._loop:
             self._loop = firing.loop
-            self.plan = (self.plan or 0) + firing.plan
+            if firing.plan is not None:
+                self.plan = (self.plan or 0) + firing.plan
 
     def describe(self) -> str:
         """`passed over 64 samples in 2 steps (5% of the plan: 40 iterations)`, and the statements not run."""
@@ -353,7 +372,8 @@ def iteration_firing(how: str, fdef: ast.FunctionDef, path: Path, namespace: Map
     loop, depth = around
     statements, steps = work_of(rest_of_iteration(fdef, path, including))
     iterator = namespace.get(f"@it{depth}") if isinstance(loop, ast.For) else None
-    return Firing(how, batch_samples(namespace, loop), 1, statements, steps, plan_of(iterator), iterator)
+    return Firing(how, batch_samples(namespace, loop), 1, statements, steps, plan_of(iterator), iterator,
+                  remaining=_remaining(iterator))
 
 
 def dropped_rows(before: Mapping[str, Any], after: Mapping[str, Any]) -> int:

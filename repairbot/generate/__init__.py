@@ -37,6 +37,8 @@ One module per family of edits, each with `propose(view)`:
   (or, integer sequences longer than the rest, cut to their length);
 - `finite_rows`: rows holding NaN or Inf left out of the batch just after the statement that made it
   (a def-use chain from the faulty statement back to the first tensor of the iteration holding them);
+- `small_batch`: a batch of one row too few for the statement passed over where it is made (`if len(idx)
+  <= 1: continue`), in every later pass too;
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
   make the missing folder of a write;
 - `site_control`: passing over chosen by what the faulty statement is, whatever the message: the next
@@ -73,6 +75,7 @@ from repairbot.generate import (
     ragged,
     shapes,
     site_control,
+    small_batch,
     structure,
 )
 from repairbot.generate.candidate import GeneratedRepair
@@ -98,6 +101,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (memory.propose, "out_of_memory"),
     (ragged.propose, "exceptional_data"),
     (finite_rows.propose, "exceptional_data"),
+    (small_batch.propose, "exceptional_data"),
     (control.propose, "exceptional_data"),
     (site_control.propose, "exceptional_data"),
 ]
