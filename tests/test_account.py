@@ -302,12 +302,16 @@ def test_daifu_show_says_what_each_repair_passed_over(tmp_path: Path, capsys: py
     assert f"passed over {passed} samples in 3 steps (25% of the plan: 12 iterations)" in table
 
 
+def window(X: torch.Tensor, labels: torch.Tensor, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return X[i:i + 30], labels[i:i + 30]
+
+
 def shifted_labels(X: torch.Tensor, labels: torch.Tensor) -> nn.Module:
     model = nn.Linear(4, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(3):
         for i in range(0, 300, 30):
-            x, y = X[i:i + 30], labels[i:i + 30]
+            x, y = window(X, labels, i)  # made in a callee: the bot's origin edit (`- 1`) does not reach it
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()

@@ -17,7 +17,7 @@ A trial carries the decision out through the same runtime path, so the copy's `A
 the repair would give up in the copy, the same way.
 
 Samples of an iteration: the first dimension of the batch the loop's target holds (its tensors and
-arrays, or the first one among the lists, tuples and dicts holding them), else of a local named
+arrays, a list of records, or the first one among the lists, tuples and dicts holding them), else of a local named
 `batch`; else unknown, and said to be unknown, never guessed. The plan: the length of the loop (what
 its iterator says it holds, `plan_of`), summed over the passes of the loop the repair fired in.
 """
@@ -57,6 +57,9 @@ class Firing:
     optimizer_steps: the calls of a `.step()` method among those statements (an optimizer's, a scheduler's).
     plan: the length of the loop's pass it fired in, when its iterator tells; `loop`: that iterator
         (a new one is a new pass, whose length adds to the plan).
+    held: for `rows`, the rows the batch held before they were dropped (the batch's size), when told.
+    remaining: the items the loop's pass had left after the one it fired in, when its iterator tells
+        (0: the last batch of a pass).
     """
 
     how: str
@@ -66,6 +69,8 @@ class Firing:
     optimizer_steps: int = 0
     plan: int | None = None
     loop: Any = field(default=None, compare=False, repr=False)
+    held: int | None = None
+    remaining: int | None = None
 
     @property
     def what(self) -> str:
@@ -91,8 +96,21 @@ class Budget:
     text: str
 
     def exceeded_by(self, account: Account, firing: Firing) -> bool:
-        """Whether `firing`, added to `account`, would pass the budget."""
-        if self.firings is not None and account.firings + 1 > self.firings:
+        """Whether `firing`, added to `account`, would pass the budget.
+
+        Rows dropped from a batch (`rows`) are weighed by their number only, never by how many batches
+        they came from: a few bad rows left out of two batches give up less than the one batch the budget
+        allows. Their limit is the budget's samples, else the size of the batch they were dropped from;
+        only passing over whole statements or iterations counts against `firings`. The budget holds once
+        per pass over the data: passing over the same place of a new pass of the loop as its first firing
+        did (the last batch of each epoch, too small for a layer) is the crashed batch again (`recurs`)."""
+        if firing.how == "rows" and firing.samples is not None:
+            limit = self.samples if self.samples is not None else firing.held
+            if limit is not None:
+                return account.samples + firing.samples > limit
+        if account.recurs(firing):
+            return False
+        if self.firings is not None and account.firings - account.row_firings + 1 > self.firings:
             return True
         if self.samples is None:
             return False
@@ -106,6 +124,9 @@ class Account:
     """What the repairs of one site passed over in this run, summed over every firing.
 
     repairs: the numbers of the repairs made at the site (each crash repaired is one).
+    row_firings: the firings that dropped a known number of rows from a batch (weighed by rows only).
+    position: where in its pass of the loop the first firing that passed over iterations was (the items
+    left after it), when told: a later pass over the same place is the same batch again (`recurs`).
     unknown: the firings whose samples could not be told. plan: the summed lengths of the loop's passes
     it fired in (`None`: no pass told its length). budget: set by the watch of an automatic repair.
     """
@@ -114,6 +135,7 @@ class Account:
     where: str
     repairs: list[int] = field(default_factory=list)
     firings: int = 0
+    row_firings: int = 0
     samples: int = 0
     unknown: int = 0
     steps: int = 0
@@ -121,12 +143,22 @@ class Account:
     optimizer_steps: int = 0
     plan: int | None = None
     budget: Budget | None = None
+    position: int | None = None
     _loop: Any = field(default=None, repr=False)
+
+    def recurs(self, firing: Firing) -> bool:
+        """Whether `firing` passes over the same place of a new pass of the loop as the site's first firing
+        that passed over iterations did: both told by their iterators (`Firing.remaining`)."""
+        return (firing.how != "rows" and firing.remaining is not None and firing.remaining == self.position
+                and firing.loop is not None and firing.loop is not self._loop)
 
     def add(self, firing: Firing) -> None:
         """Count one firing. A pass of the loop not seen before adds its length to the plan; the
         iterator is held so that its id names that pass only."""
+        if firing.how != "rows" and self.firings == self.row_firings:
+            self.position = firing.remaining
         self.firings += 1
+        self.row_firings += firing.how == "rows" and firing.samples is not None
         self.steps += firing.steps
         self.statements += firing.statements
         self.optimizer_steps += firing.optimizer_steps
@@ -134,9 +166,10 @@ class Account:
             self.unknown += 1
         else:
             self.samples += firing.samples
-        if firing.plan is not None and firing.loop is not self._loop:
+        if firing.loop is not None and firing.loop is not self._loop:
             self._loop = firing.loop
-            self.plan = (self.plan or 0) + firing.plan
+            if firing.plan is not None:
+                self.plan = (self.plan or 0) + firing.plan
 
     def describe(self) -> str:
         """`passed over 64 samples in 2 steps (5% of the plan: 40 iterations)`, and the statements not run."""
@@ -178,8 +211,9 @@ def account_of(site: Site, where: str) -> Account:
 
 
 def rows(value: Any) -> int | None:
-    """The first dimension of a tensor or array (`shape[0]`), of the first such value in a list, tuple
-    or dict, or the length of a list of plain values; `None` when `value` has no rows."""
+    """The first dimension of a tensor or array (`shape[0]`), the length of a list of records, of the first
+    such value in a list, tuple or dict, or the length of a list of plain values; `None` when `value` has
+    no rows."""
     shape = getattr(value, "shape", None)
     if shape is not None and not isinstance(value, type):
         try:
@@ -188,9 +222,20 @@ def rows(value: Any) -> int | None:
             return None
     if isinstance(value, Mapping):
         return _first_rows(value.values())
+    listed = records(value)
+    if listed is not None:
+        return listed
     if isinstance(value, (list, tuple)):
         inner = _first_rows(value)
         return inner if inner is not None or isinstance(value, tuple) else len(value)
+    return None
+
+
+def records(value: Any) -> int | None:
+    """The length of a list of records — dicts, one per sample, as a JSON-lines export or a dataset of
+    dicts gives them — whose own fields are not its rows; `None` for anything else."""
+    if type(value) is list and value and isinstance(value[0], Mapping):
+        return len(value)
     return None
 
 
@@ -327,7 +372,8 @@ def iteration_firing(how: str, fdef: ast.FunctionDef, path: Path, namespace: Map
     loop, depth = around
     statements, steps = work_of(rest_of_iteration(fdef, path, including))
     iterator = namespace.get(f"@it{depth}") if isinstance(loop, ast.For) else None
-    return Firing(how, batch_samples(namespace, loop), 1, statements, steps, plan_of(iterator), iterator)
+    return Firing(how, batch_samples(namespace, loop), 1, statements, steps, plan_of(iterator), iterator,
+                  remaining=_remaining(iterator))
 
 
 def dropped_rows(before: Mapping[str, Any], after: Mapping[str, Any]) -> int:
@@ -346,6 +392,12 @@ def dropped_rows(before: Mapping[str, Any], after: Mapping[str, Any]) -> int:
             continue
         dropped = max(dropped, old_rows - new_rows)
     return dropped
+
+
+def held_rows(before: Mapping[str, Any]) -> int | None:
+    """The most rows any of the values of `before` held: the batch's size before rows were dropped."""
+    found = [count for value in before.values() if (count := rows(value)) is not None]
+    return max(found) if found else None
 
 
 def dropped_by_rebinding(before: Mapping[str, Any], namespace: Mapping[str, Any], fdef: ast.FunctionDef,
@@ -471,15 +523,16 @@ def _in_loops(fdef: ast.FunctionDef, kept: Mapping[int, int]) -> Iterable[tuple[
 
 
 def probe_firing(found: Probe, fdef: ast.FunctionDef, path: Path, namespace: Mapping[str, Any],
-                 dropped: int = 0) -> Firing | None:
+                 dropped: int = 0, held: int | None = None) -> Firing | None:
     """The firing of probe `found` at the statement at `path` of `fdef`, in a frame whose locals are
-    `namespace`; for a `rows` probe, `dropped`: the rows it dropped (none: no firing)."""
+    `namespace`; for a `rows` probe, `dropped`: the rows it dropped (none: no firing), of the `held` the
+    batch had."""
     if found.how == "rows":
         if dropped <= 0:
             return None
         around = loop_around(fdef, path)
         iterator = namespace.get(f"@it{around[1]}") if around and isinstance(around[0], ast.For) else None
-        return Firing("rows", dropped, 1, 0, 0, plan_of(iterator), iterator)
+        return Firing("rows", dropped, 1, 0, 0, plan_of(iterator), iterator, held)
     firing = iteration_firing(found.how, fdef, path, namespace, including=False)
     if firing is None or found.how == "continue":
         return firing

@@ -13,7 +13,8 @@ What a trial counts for each kind of decision (`daifu.core.horizon` judges the c
   it that rebinds a local from itself to one with fewer rows (`x, y = x[keep], y[keep]`) passes over
   those rows (a local bound from other values, a chunk or the next episode's, drops nothing).
 
-A row is an item of the first dimension of anything with a `shape` (a tensor, an array).
+A row is an item of the first dimension of anything with a `shape` (a tensor, an array), or a record of
+a list of them (dicts, one per sample).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from daifu.core.account import records
 from daifu.core.changes import header_only, statement_changes
 from daifu.core.decisions import Decision, Patch, Plays, Skip, SkipIteration, Surgery
 from daifu.core.names import bound_names
@@ -56,14 +58,15 @@ def passes_over(decision: Decision) -> str | None:
 
 
 def rows(value: Any) -> int | None:
-    """The size of `value`'s first dimension, when it has a `shape`."""
+    """The size of `value`'s first dimension, when it has a `shape`; the length of a list of records
+    (`account.records`)."""
     try:
         shape = value.shape if hasattr(type(value), "shape") else None
     except Exception:  # noqa: BLE001 - a property of the program's that fails tells nothing
         return None
     if isinstance(shape, tuple) and shape and isinstance(shape[0], int):
         return shape[0]
-    return None
+    return records(value)
 
 
 def sizes(namespace: Mapping[str, Any], names: Any = None) -> dict[str, int]:

@@ -625,7 +625,15 @@ class Vaccine:
         the iteration (`SkipIteration`), the statement skipped, the rest of a loop ended by skipping its
         header, the item a loop header failed to load, the rows its actions dropped (`before`: the
         locals before they ran)."""
-        from daifu.core.account import Firing, dropped_rows, iteration_firing, loop_around, plan_of, work_of
+        from daifu.core.account import (
+            Firing,
+            dropped_rows,
+            held_rows,
+            iteration_firing,
+            loop_around,
+            plan_of,
+            work_of,
+        )
 
         fdef, path = here.version.fdef, here.path
         firings: list[Firing] = []
@@ -633,7 +641,7 @@ class Vaccine:
         around = loop_around(fdef, path)
         iterator = namespace.get(f"@it{around[1]}") if around and isinstance(around[0], ast.For) else None
         if dropped:
-            firings.append(Firing("rows", dropped, 1, 0, 0, plan_of(iterator), iterator))
+            firings.append(Firing("rows", dropped, 1, 0, 0, plan_of(iterator), iterator, held_rows(before)))
         if mode is Mode.NEXT_ITERATION:
             found = iteration_firing("skip-iteration", fdef, path, namespace)
             if found is None:  # in no loop: a step ended (`ends_step`), its batch passed over, its size unknown
@@ -677,7 +685,7 @@ class Vaccine:
         the budget the surgery's version is taken back (`_take_back`): the original statements run
         instead, and the original exception raises again where it did. A failure of DaiFu's own here
         is said as DaiFu's, and the program goes on as the surgery made it."""
-        from daifu.core.account import account_of, dropped_by_rebinding, probe, probe_firing
+        from daifu.core.account import account_of, dropped_by_rebinding, held_rows, probe, probe_firing
 
         try:
             version = self.units.get(id(frame.f_code))
@@ -686,7 +694,8 @@ class Vaccine:
             found = probe(number)
             namespace = ChainMap(frame.f_locals, frame.f_globals)
             dropped = dropped_by_rebinding(before, namespace, version.fdef, path) if before is not None else 0
-            firing = probe_firing(found, version.fdef, path, namespace, dropped)
+            firing = probe_firing(found, version.fdef, path, namespace, dropped,
+                                  held_rows(before) if before is not None else None)
             if firing is None:
                 return
             account = account_of(found.site, found.where)

@@ -10,7 +10,8 @@ folder, waiting), changes nothing a later statement reads, so a new crash is not
 
 What a repair passes over is counted each time it fires (`daifu.core.account`), and the watch holds
 the automatic repairs of a site to a budget (the `pass_over` setting; by default the crashed batch's
-own samples, once): a firing past it is stopped — a decision at a crash is refused, a surgery's
+own samples, once; rows dropped from batches count by their number, `Budget.exceeded_by`): a firing
+past it is stopped — a decision at a crash is refused, a surgery's
 version is taken back so that the original statement runs again — automatic repairs at the site
 stop, and the terminal says why (`passed_over`).
 """

@@ -6,6 +6,8 @@ evaluates must read the program's state and compute from it, nothing else. So th
 allowlist, not Python:
 
 - names (the frame's locals, its globals, the builtins), constants, tuple and list displays, slices;
+- a list comprehension `[expression for name in sequence]` over a list or tuple of at most `MAX_ITEMS`
+  items, its expression evaluated by these same rules for each item (the rows a batch is built from);
 - attribute reads from an object's own storage: a module's namespace, a tensor's or an array's
   metadata (`shape`, `dtype`...), a `torch.nn.Module`'s submodules, parameters, buffers and plain
   attributes, a plain object's instance dictionary — never a property, a descriptor or `__getattr__`;
@@ -78,12 +80,13 @@ class Unsafe(Exception):
 class Evaluator:
     """Evaluates the expressions of one frame (its `scope` and `globals`), each node once."""
 
-    def __init__(self, scope: Mapping[str, Any], globals_: Mapping[str, Any]) -> None:
+    def __init__(self, scope: Mapping[str, Any], globals_: Mapping[str, Any],
+                 functions: set[int] | None = None) -> None:
         self.scope, self.globals = scope, globals_
         self.torch, self.numpy = sys.modules.get("torch"), sys.modules.get("numpy")
         self.values: dict[int, Any] = {}
         self._refused: set[int] = set()
-        self._functions = self._pure_functions()
+        self._functions = self._pure_functions() if functions is None else functions
 
     def evaluate_all(self, root: ast.AST) -> Iterator[tuple[ast.expr, Any]]:
         """Each sub-expression of `root` that can be evaluated, with its value, innermost first."""
@@ -140,7 +143,21 @@ class Evaluator:
             return self._compute(_COMPARE[type(node.ops[0])], self.value(node.left), self.value(node.comparators[0]))
         if isinstance(node, ast.Call):
             return self._call(node)
+        if isinstance(node, ast.ListComp):
+            return self._list_comprehension(node)
         raise Unsafe(type(node).__name__)
+
+    def _list_comprehension(self, node: ast.ListComp) -> list[Any]:
+        """`[expression for name in sequence]`: the expression evaluated for each item of a list or tuple, in a
+        scope where `name` is that item (a fresh evaluator each time: values are cached by node)."""
+        loop = node.generators[0]
+        if len(node.generators) != 1 or loop.ifs or loop.is_async or not isinstance(loop.target, ast.Name):
+            raise Unsafe("a comprehension other than [expression for name in sequence]")
+        items = self.value(loop.iter)
+        if type(items) not in (list, tuple) or len(items) > MAX_ITEMS:
+            raise Unsafe("a comprehension over something other than a short list or tuple")
+        name = loop.target.id
+        return [Evaluator({**self.scope, name: item}, self.globals, self._functions).value(node.elt) for item in items]
 
     def _name(self, name: str) -> Any:
         if is_secret_key(name):
@@ -370,9 +387,13 @@ def _loaded(node: ast.expr) -> bool:
 
 
 def _postorder(root: ast.AST) -> Iterator[ast.AST]:
-    """The nodes under `root`, children before parents, in source order; not into nested scopes."""
+    """The nodes under `root`, children before parents, in source order; not into nested scopes (a list
+    comprehension is one node, evaluated whole)."""
     for child in ast.iter_child_nodes(root):
-        if isinstance(child, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+        if isinstance(child, ast.ListComp):
+            yield child
+            continue
+        if isinstance(child, (ast.Lambda, ast.SetComp, ast.DictComp, ast.GeneratorExp,
                               ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         yield from _postorder(child)

@@ -8,7 +8,7 @@ only what is safe), records their facts (type, dtype, shape, device, range, fini
 value), and names the operand whose facts disagree with what the failing call expects:
 
 - a classification loss (`cross_entropy`, `nll_loss`, their modules): a target outside the classes
-  its input has (`input.shape[1]`);
+  its input has (`input.shape[1]`; for `model(x)`, never called here, its last `nn.Linear`'s outputs);
 - a layer called on a tensor: a floating dtype other than its parameters', ids past an embedding's
   rows, ids of a floating dtype holding whole numbers among its rows, a last dimension other than its
   `in_features`;
@@ -51,6 +51,12 @@ _INT_NEEDED = (
     r"|tuple of ints|got float|integer"
 )
 _DTYPE_WORDS = r"\b(?:Float|Double|Half|BFloat16|float16|float32|float64|bfloat16)\b"
+_MAX_ITEMS_SHAPED = 4096
+"""Items of a list whose shapes a report compares (a batch's rows)."""
+_MAX_ODD_ITEMS = 8
+"""Items of another shape a report names, by position."""
+_RAGGED_TALK = r"inhomogeneous|equal size|expected sequence of length|same (?:size|shape|length)"
+"""What NumPy and torch say when the rows of a batch (a list made into an array, a stack) differ in shape."""
 _SIZE_TALK = r"size|match|shape|dimension|mat1|mat2"
 _INDEX_TALK = r"index|bounds|range|target|assert"
 _INTEGER_IDS = r"\bindices\b.*\b(?:Long|Int)\b|\b(?:Long|Int)\b.*\bindices\b"
@@ -237,9 +243,41 @@ def facts(value: Any) -> dict[str, Any]:
         found["nonfinite"] = True
     elif kind in ("list", "tuple", "str"):
         found["len"] = len(value)
+        if kind != "str":
+            found.update(_item_shapes(value))
     elif kind:  # a NumPy scalar
         found["value"] = value.item() if hasattr(value, "item") else None
     return found
+
+
+def _item_shapes(items: list[Any] | tuple[Any, ...]) -> dict[str, Any]:
+    """Where the items of a list are rows of one batch (each a tensor, an array, a list or a tuple) and not
+    all of one shape: the shape most of them have (`item_shape`) and the others by position (`odd_items`,
+    `[[12, [15]]]`: item 12 holds 15 values) — the sample that cannot be stacked or made into an array
+    with the rest — and the items' dtype where they are tensors or arrays of one (`item_dtype`). Empty
+    when every item has the same shape, when no shape is most items', or when an item has none."""
+    shapes = [_shape(item) for item in items[:_MAX_ITEMS_SHAPED]]
+    if len(shapes) < 2 or any(shape is None for shape in shapes):
+        return {}
+    common, count = Counter(tuple(shape) for shape in shapes if shape is not None).most_common(1)[0]
+    if count == len(shapes) or 2 * count <= len(shapes):
+        return {}
+    odd = [[index, shape] for index, shape in enumerate(shapes) if shape is not None and tuple(shape) != common]
+    found: dict[str, Any] = {"item_shape": list(common), "odd_items": odd[:_MAX_ODD_ITEMS]}
+    dtypes = {str(getattr(item, "dtype", "")).removeprefix("torch.") for item in items[:_MAX_ITEMS_SHAPED]}
+    if len(dtypes) == 1 and "" not in dtypes:
+        found["item_dtype"] = dtypes.pop()
+    return found
+
+
+def _shape(item: Any) -> list[int] | None:
+    """The shape of one row: a tensor's or an array's, or `[len]` of a list or tuple of plain values."""
+    kind = _kind(item)
+    if kind in ("Tensor", "ndarray"):
+        return [int(size) for size in item.shape]
+    if kind in ("list", "tuple") and all(type(value) in (bool, int, float) for value in item):
+        return [len(item)]
+    return None
 
 
 def _tensor_range(value: Any) -> dict[str, Any]:
@@ -300,6 +338,8 @@ def _judge(result: _Found, evaluator: Evaluator, message: str) -> None:
             _minority_dtype(result, torch)
         if re.search(_SIZE_TALK, message, re.IGNORECASE):
             _configured_rows(result, message, torch)
+    if re.search(_RAGGED_TALK, message, re.IGNORECASE):
+        _ragged(result)
     if re.search(_INT_NEEDED, message, re.IGNORECASE):
         _floats(result)
 
@@ -331,13 +371,16 @@ def _loss_targets(result: _Found, evaluator: Evaluator, call: ast.Call, torch: A
         and type(loss).__module__.startswith("torch.nn"))
     if not is_loss:
         return
-    scores, target_node = _evaluated(evaluator, _argument(call, 0, "input")), _argument(call, 1, "target")
-    target = _evaluated(evaluator, target_node)
-    if not (is_a(scores, torch.Tensor) and is_a(target, torch.Tensor)) or scores.dim() == 0:
+    input_node, target_node = _argument(call, 0, "input"), _argument(call, 1, "target")
+    scores, target = _evaluated(evaluator, input_node), _evaluated(evaluator, target_node)
+    if is_a(scores, torch.Tensor) and scores.dim() > 0:
+        classes: int | None = int(scores.shape[1] if scores.dim() >= 2 else scores.shape[0])
+    else:
+        classes = _head_classes(evaluator, input_node, torch)
+    if classes is None or not is_a(target, torch.Tensor):
         return
     if target.is_floating_point() or target.numel() == 0 or target.numel() > MAX_ELEMENTS:
         return  # class probabilities, or nothing to judge
-    classes = int(scores.shape[1] if scores.dim() >= 2 else scores.shape[0])
     ignored = getattr(loss, "ignore_index", None) if is_a(loss, torch.nn.Module) else None
     keyword = _argument(call, 99, "ignore_index")
     ignored = _evaluated(evaluator, keyword) if keyword is not None else ignored
@@ -350,6 +393,28 @@ def _loss_targets(result: _Found, evaluator: Evaluator, call: ast.Call, torch: A
     if (low < 0 or high >= classes) and target_node is not None:
         _said(result, target_node, {"classes": classes},
               f"{_dtype(target)}, range {low}..{high}; the loss has {classes} classes (0..{classes - 1})")
+
+
+def _head_classes(evaluator: Evaluator, node: ast.expr | None, torch: Any) -> int | None:
+    """The classes a model's scores have where the loss's input is the model called (`model(x)`, never
+    evaluated: a module call runs user code): the `out_features` of its last `nn.Linear`, its head, read
+    from the modules' own storage; `None` when the input is anything else or the model has none."""
+    if not isinstance(node, ast.Call):
+        return None
+    model = _evaluated(evaluator, node.func)
+    if not is_a(model, torch.nn.Module):
+        return None
+    found = None
+    pending, seen = [model], 0
+    while pending and seen < 10_000:
+        module = pending.pop(0)
+        seen += 1
+        if type(module) is torch.nn.Linear:
+            found = object.__getattribute__(module, "__dict__").get("out_features")
+        children = object.__getattribute__(module, "__dict__").get("_modules")
+        if type(children) is dict:
+            pending[0:0] = [child for child in children.values() if is_a(child, torch.nn.Module)]
+    return found if type(found) is int else None
 
 
 def _layer_input(result: _Found, evaluator: Evaluator, call: ast.Call, torch: Any, message: str) -> None:
@@ -441,6 +506,18 @@ def _floats(result: _Found) -> None:
     for text, (node, value) in result.values.items():
         if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and type(value) is float and id(node) in places:
             _said(result, node, {"int": True}, f"float {value!r} where an int is needed")
+
+
+def _ragged(result: _Found) -> None:
+    """The list whose items are rows of one shape but a few (`_item_shapes`): the sample that could not
+    be made into the batch with the others."""
+    for text, (node, value) in result.values.items():
+        shaped = _item_shapes(value) if type(value) in (list, tuple) else {}
+        if shaped:
+            odd = ", ".join(f"item {index} has shape {tuple(shape)}" for index, shape in shaped["odd_items"])
+            _said(result, node, {"item_shape": shaped["item_shape"]},
+                  f"{len(value) - len(shaped['odd_items'])} of its {len(value)} items have shape "
+                  f"{tuple(shaped['item_shape'])}; {odd}")
 
 
 def _int_places(root: ast.AST) -> Iterator[ast.AST]:

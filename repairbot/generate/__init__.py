@@ -39,6 +39,12 @@ One module per family of edits, each with `propose(view)`:
 - `accumulate`: out of memory in a training step — its forward, loss and backward on micro-batches, the
   gradients accumulated, one optimizer step;
 - `memory`: out of memory — the faulty call re-run on chunks of its batch;
+- `ragged`: a batch made from a list whose samples differ in shape — the odd samples left out of the list
+  (or, integer sequences longer than the rest, cut to their length);
+- `finite_rows`: rows holding NaN or Inf left out of the batch just after the statement that made it
+  (a def-use chain from the faulty statement back to the first tensor of the iteration holding them);
+- `small_batch`: a batch of one row too few for the statement passed over where it is made (`if len(idx)
+  <= 1: continue`), in every later pass too;
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
   make the missing folder of a write;
 - `site_control`: passing over chosen by what the faulty statement is, whatever the message: the next
@@ -65,6 +71,7 @@ from repairbot.generate import (
     control,
     dtypes,
     elements,
+    finite_rows,
     graph,
     leaves,
     logs,
@@ -72,8 +79,10 @@ from repairbot.generate import (
     memory,
     numbers,
     origin,
+    ragged,
     shapes,
     site_control,
+    small_batch,
     state_keys,
     structure,
     unread,
@@ -102,6 +111,9 @@ FAMILIES: list[tuple[Family, str]] = [
     (constraints.propose, "api_misuse"),
     (accumulate.propose, "out_of_memory"),
     (memory.propose, "out_of_memory"),
+    (ragged.propose, "exceptional_data"),
+    (finite_rows.propose, "exceptional_data"),
+    (small_batch.propose, "exceptional_data"),
     (control.propose, "exceptional_data"),
     (site_control.propose, "exceptional_data"),
 ]

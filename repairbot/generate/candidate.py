@@ -30,6 +30,7 @@ SKIPS_REPORT = "skips a statement that only reports (a line of the log is lost, 
 PASSES_ITEM = "passes over the item the loop's iterator could not make (a batch is not trained on)"
 ROUNDS_DOWN = "rounds the count down (the items of the remainder, past the last whole batch, are never reached)"
 DROPS_ELEMENTS = "drops the elements that do not match"
+CUTS_SEQUENCES = "cuts the sequences longer than the batch's others to their length (their last ids are not read)"
 REPLACES_DATA = "replaces the out-of-range values of this batch by 0 (conventionally the unknown or padding id)"
 REPLACES_NONFINITE = "replaces the NaN and Inf values of this iteration's data by 0"
 CUTS_ROWS = "leaves rows of a batch out (it rebinds a name to a part of itself)"

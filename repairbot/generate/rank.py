@@ -32,6 +32,7 @@ from repairbot import giving_up
 from repairbot.bounds import MAX_CODE, MAX_SUGGESTIONS, MAX_TARGET, MAX_WHOLE_DEFS
 from repairbot.generate.candidate import (
     CUTS_ROWS,
+    CUTS_SEQUENCES,
     DISCARDS_STATE,
     DROPS_ELEMENTS,
     INTRODUCES_JUMP,
@@ -51,9 +52,9 @@ from repairbot.signs import parse
 
 MAX_CANDIDATES = MAX_SUGGESTIONS
 LEVELS = {"": giving_up.NOTHING, SKIPS_REPORT: giving_up.REPORT, DROPS_ELEMENTS: giving_up.ROWS,
-          CUTS_ROWS: giving_up.ROWS, REPLACES_DATA: giving_up.ROWS, REPLACES_NONFINITE: giving_up.ROWS,
-          ROUNDS_DOWN: giving_up.ROWS, PASSES_ITEM: giving_up.ITERATION, SKIPS_ITERATION: giving_up.ITERATION,
-          INTRODUCES_JUMP: giving_up.ITERATION,
+          CUTS_ROWS: giving_up.ROWS, CUTS_SEQUENCES: giving_up.ROWS, REPLACES_DATA: giving_up.ROWS,
+          REPLACES_NONFINITE: giving_up.ROWS, ROUNDS_DOWN: giving_up.ROWS, PASSES_ITEM: giving_up.ITERATION,
+          SKIPS_ITERATION: giving_up.ITERATION, INTRODUCES_JUMP: giving_up.ITERATION,
           SKIPS_STATEMENT: giving_up.STATEMENT, DISCARDS_STATE: giving_up.STATE}
 """The level (`repairbot.giving_up`) of each thing a family says its candidate gives up."""
 _SAID = {giving_up.ROWS: CUTS_ROWS, giving_up.ITERATION: INTRODUCES_JUMP, giving_up.STATEMENT: SKIPS_STATEMENT,

@@ -31,7 +31,8 @@ _TRANSPARENT = (ast.With, ast.AsyncWith)
 class Link:
     """The statement that bound `name` for a later use.
 
-    kind: `assign` (`name = value` alone: `value` is what was bound), `loop` (a `for` target:
+    kind: `assign` (`name = value` alone, or `name` in a parallel assignment `x, name = a, value`: `value`
+    is what was bound), `loop` (a `for` target:
     `statement` is the loop), `parameter` (the function's), or `other` (a tuple target, an augmented
     assignment, a binding in a branch): a chain does not go on past it.
     """
@@ -115,6 +116,9 @@ def _link(view: View, name: str, statement: ast.stmt) -> Link:
     reruns = _reruns(view, statement)
     if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
         return Link(name, statement, statement.value, "assign", reruns)
+    paired = _paired(statement, name)
+    if paired is not None:
+        return Link(name, statement, paired, "assign", reruns)
     if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value is not None:
         return Link(name, statement, statement.value, "assign", reruns)
     if isinstance(statement, _TRANSPARENT):
@@ -122,6 +126,21 @@ def _link(view: View, name: str, statement: ast.stmt) -> Link:
         if inner:
             return _link(view, name, inner[-1])
     return Link(name, statement, None, "other", reruns)
+
+
+def _paired(statement: ast.stmt, name: str) -> ast.expr | None:
+    """In a parallel assignment (`x, y = xs[i], ys[i]`: a tuple of names bound from a tuple of as many
+    values, none starred), the value `name` is bound from; `None` for any other statement."""
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return None
+    target, value = statement.targets[0], statement.value
+    if not isinstance(target, (ast.Tuple, ast.List)) or not isinstance(value, (ast.Tuple, ast.List)) \
+            or len(target.elts) != len(value.elts):
+        return None
+    if any(isinstance(node, ast.Starred) for node in (*target.elts, *value.elts)):
+        return None
+    bound = [node.id if isinstance(node, ast.Name) else None for node in target.elts]
+    return value.elts[bound.index(name)] if bound.count(name) == 1 else None
 
 
 def _parameter(view: View, name: str) -> Link | None:
