@@ -32,6 +32,8 @@ class RunState:
     distrusted: crash sites where automatic repairs stopped, because one did harm or passed over
         more than its budget.
     accounts: per crash site, what its repairs passed over (`daifu.core.account.Account`).
+    verified: per crash site, the automatic repair a full trial verified there, which a repeat of the
+        same crash re-verifies by a short trial (`daifu.decide.repeat.Verified`).
     conversation: the console's `ask` rounds about the latest crash asked about
         (`daifu.console.ask.Conversation`).
     launcher: the `daifu` command that started the program (`daifu run`), `None` when it started itself:
@@ -48,6 +50,7 @@ class RunState:
     watches: dict[str, Any] = field(default_factory=dict)
     distrusted: set[tuple[str, str, int]] = field(default_factory=set)
     accounts: dict[tuple[str, str, int], Any] = field(default_factory=dict)
+    verified: dict[tuple[str, str, int], Any] = field(default_factory=dict)
     conversation: Any = None
     launcher: str | None = None
 

@@ -19,6 +19,7 @@ for _package in BOT:
     pytest.importorskip(_package)
 
 import daifu
+from daifu.core.trial import unavailable
 from daifu.report.build import build_report
 from repairbot.generate import generate
 from tests.copies import fresh
@@ -106,6 +107,29 @@ def test_the_training_step_on_micro_batches_tried_in_process_gives_the_full_batc
         assert torch.allclose(a, b, atol=1e-6)
     assert abs(loss - expected[1]) < 1e-5
     assert "passed over" not in capsys.readouterr().err  # a micro-batch bound from the batch drops none of it
+
+
+@pytest.mark.parametrize("trials", ["inprocess", "fork"])
+def test_automatic_mode_recovers_the_out_of_memory_step_on_micro_batches(automatic, trials: str,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 31's acceptance, unattended: the real rules bot over HTTP, `approve="auto"`, each kind of trial."""
+    if trials == "fork" and unavailable() is not None:
+        pytest.skip(f"no fork trials here: {unavailable()}")
+    daifu.configure(trials=trials, trial_iterations=1)
+    model, optimizer, batches = setup()
+    steps, loss, rows = daifu.transform(fresh(train))(SmallDevice(model[:], 20), optimizer, batches)
+
+    [repair] = automatic()
+    assert repair["decision"] == "Surgery" and repair["decided_by"] == "automatic" and repair["suggested_by"] == "bot"
+    assert "for start in range(0, x.shape[0], 12):" in repair["code"]  # 24 rows were refused in its trial
+    assert "(loss * weight).backward()" in repair["code"]
+    assert steps == 3 and rows == 32
+    reference, reference_optimizer, _ = setup()
+    expected = train(reference, reference_optimizer, batches)
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert abs(loss - expected[1]) < 1e-5
+    assert "calls the method `.backward()`" not in capsys.readouterr().err
 
 
 def test_no_micro_batches_for_a_batch_the_step_slices_itself() -> None:

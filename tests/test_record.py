@@ -5,6 +5,7 @@ Programs run in real subprocesses, as a user runs them; the record files are rea
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from daifu.cli import main as cli
+from daifu.store.lines import LineFile
 
 PROGRAM = """
 import daifu
@@ -109,3 +111,30 @@ def test_show_and_report_number_the_repairs_of_two_ranks_alike(
         )
         assert (shown["rank"], shown["decision"], f"job.py:{shown['line']}") == (row[-1], row[6], row[4])
         assert shown["statement"] == "total = total + item"
+
+
+def test_each_repair_is_a_line_of_repairs_jsonl_even_when_the_file_was_removed_between_them(tmp_path: Path) -> None:
+    ending = """
+    import os
+    os.remove(os.path.join(os.environ["DAIFU_WORKSPACE"], "repairs.jsonl"))  # a person clearing the record
+    print("again", add_all(["1", 2]))
+    """
+    done = run(tmp_path, ending)
+    assert done.returncode == 0 and "again 2" in done.stdout, done.stderr  # "1" skipped by the policy
+    lines = (tmp_path / "daifu_workspace" / "repairs.jsonl").read_text().splitlines()
+    assert [json.loads(line)["repair"] for line in lines] == [3]  # written again at its path, not lost
+    assert [m for m in messages(tmp_path / "experiment_record.log") if "End" in m] == [
+        "INFO | Repair 1 End", "INFO | Repair 2 End", "INFO | Repair 3 End", "INFO | Program End"]
+
+
+def test_a_line_file_that_follows_its_path_writes_to_the_file_now_there(tmp_path: Path) -> None:
+    path = tmp_path / "lines.jsonl"
+    lines = LineFile(path, follow=True)
+    lines.write("one")
+    (tmp_path / "other").write_text("zero\n")
+    os.replace(tmp_path / "other", path)  # a rotation puts another file at the path
+    lines.write("two")
+    path.unlink()
+    lines.write("three")
+    lines.close()
+    assert path.read_text() == "three\n"

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from daifu.core.trial import Verdict
 
 
-def _no_trial(decision: Decision, seconds: float | None = None, horizon: int | None = None) -> Verdict:
+def _no_trial(decision: Decision, seconds: float | None = None, horizon: int | None = None,
+              in_process_up_to: int | None = None) -> Verdict:
     from daifu.core.trial import Outcome, Verdict
 
     return Verdict(Outcome.UNAVAILABLE, detail="this crash has no live run to try a repair on")
@@ -34,11 +35,13 @@ class Crash:
     (the runtime keeps it; a decider notes what it tried through its `RepairContext`).
     `check(decision)` tells, without applying anything, why a decision would be refused (a
     surgery that does not compile, renames the function...), or returns `None`.
-    `trial(decision, seconds=None, horizon=None)` tries a decision in a sandboxed copy of the process
-    and returns its `daifu.core.trial.Verdict`, leaving this process untouched: the copy runs the rest
-    of the crashed iteration, then up to `horizon` more iterations of its loop (by default the
-    `trial_iterations` setting), and the verdict holds what it saw in each (`Verdict.iterations`:
-    the repair's code run, work passed over, optimizer steps, losses, health; `daifu.core.horizon`).
+    `trial(decision, seconds=None, horizon=None, in_process_up_to=None)` tries a decision in a sandboxed
+    copy of the process and returns its `daifu.core.trial.Verdict`, leaving this process untouched: the
+    copy runs the rest of the crashed iteration, then up to `horizon` more iterations of its loop (by
+    default the `trial_iterations` setting), and the verdict holds what it saw in each
+    (`Verdict.iterations`: the repair's code run, work passed over, optimizer steps, losses, health;
+    `daifu.core.horizon`). With `in_process_up_to` (bytes) it runs in process instead where the state
+    to copy and put back fits in them and the `trials` setting is `auto` (`Vaccine.trial`).
     `globals` are the faulty function's module globals.
     What the layers that decide add to a crash (its record entry, a watch, a person's edits of the
     locals, its settings) travels beside it, in a `daifu.core.handling.RepairContext`.

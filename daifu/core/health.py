@@ -181,7 +181,7 @@ def _losses(torch: Any, namespace: Mapping[str, Any]) -> dict[str, float]:
             continue
         if torch is not None and isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
             try:
-                values[name] = float(value.detach().reshape(()))
+                values[name] = value.item()  # one call: `float(value.detach().reshape(()))` made three
             except RuntimeError:  # a tensor on a device that failed: no value to read
                 continue
         elif isinstance(value, float):

@@ -130,6 +130,9 @@ def kind_of(decision: Decision) -> Kind:
 
 def _row(value: Any) -> Kind | None:
     """The row of `value`'s class, or of the nearest decision class it derives from."""
+    found = _BY_TYPE.get(type(value))
+    if found is not None:  # a decision's own class: the common case, asked several times per crash
+        return found
     return next((_BY_TYPE[cls] for cls in type(value).__mro__ if cls in _BY_TYPE), None)
 
 

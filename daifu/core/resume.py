@@ -184,6 +184,7 @@ class Vaccine:
         self.ends_step: Callable[[dict[str, Any]], Any] | None = None
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self._bound: dict[ast.stmt, set[str]] = {}  # what each faulty statement binds (`_fingerprint`)
+        self._sites: dict[tuple[int, int], tuple[CodeType, Site]] = {}  # by code and offset raising (`_site`)
         self.versions: list[Version] = []
         with _collection_paused():  # thousands of new AST nodes would trigger full collections
             first = self._build(source, first_lineno)
@@ -361,17 +362,24 @@ class Vaccine:
         trial.crashed(error, frame, fetching)
 
     def _site(self, error: BaseException, frame: FrameType) -> Site | None:
-        version = self.units.get(id(frame.f_code))
+        """The faulty statement of a crash in `frame`; found once for each instruction that raises (a
+        repeated crash finds it in `_sites`)."""
+        code = frame.f_code
+        version = self.units.get(id(code))
         raised = raising_instruction(error, frame) if version is not None else None
         if version is None or raised is None:
             return None
         line, offset = raised
-        col = column(frame.f_code, offset) if line in version.shared_lines else None
+        known = self._sites.get((id(code), offset))
+        if known is not None and known[0] is code:  # the code object itself: an id may be reused
+            return known[1]
+        col = column(code, offset) if line in version.shared_lines else None
         found = locate(version.fdef.body, line, col)
         if found is None:
             return None
         node, header = found
-        return Site(version, path_of(node), header)
+        site = self._sites[(id(code), offset)] = code, Site(version, path_of(node), header)
+        return site[1]
 
     def _describe(self, error: BaseException, frame: FrameType, live: _Live, tried: list[tuple[str, str]]) -> Crash:
         """The crash as the layers above see it; `tried` is this site's account of what was tried, which
@@ -396,7 +404,8 @@ class Vaccine:
             frame=frame,
             tried=tried,
             check=lambda decision: self.check(decision, site, live.namespace),
-            trial=lambda decision, seconds=None, horizon=None: self.trial(decision, crash, live, seconds, horizon),
+            trial=lambda decision, seconds=None, horizon=None, in_process_up_to=None: self.trial(
+                decision, crash, live, seconds, horizon, in_process_up_to),
             globals=frame.f_globals,
         )
         if previous is not None:
@@ -850,7 +859,7 @@ class Vaccine:
         return None
 
     def trial(self, decision: Decision, crash: Crash, live: _Live, seconds: float | None = None,
-              horizon: int | None = None) -> Verdict:
+              horizon: int | None = None, in_process_up_to: int | None = None) -> Verdict:
         """Try `decision` in a sandboxed copy of this process, through the real resume path, looking
         `horizon` iterations past the crashed one (`daifu.core.trial.run`).
 
@@ -858,6 +867,11 @@ class Vaccine:
         kept in a global is trained state too). In the copy, what the decision passes over is noted
         each time it is applied, and a surgery's own statements are counted as they run
         (`daifu.core.repair_path`).
+
+        in_process_up_to: bytes. Where a forked copy would run the trial and the `trials` setting leaves
+        the choice to DaiFu (`auto`), it runs in process (`daifu.core.inprocess`) when the state it must
+        copy and put back fits in them: for a small model, copying its state costs less than a fork and
+        its sandbox. A state that does not fit is not copied, and the trial runs in a forked copy.
         """
         from daifu.core import repair_path, sandbox, trial
 
@@ -896,21 +910,31 @@ class Vaccine:
 
         before = {**{name: globals_[name] for name in used if name in globals_}, **_user_view(live.namespace)}
         kind, why = trial.how()
-        in_process = kind == trial.IN_PROCESS
+        small = in_process_up_to is not None and kind == trial.FORK and self.handling.settings().trials == "auto"
+        in_process = kind == trial.IN_PROCESS or small
         if in_process:
             from daifu.core import inprocess
+            from daifu.core.trial_memory import size
 
-            return inprocess.run(run, before, view, lambda: self._snapshot(decision, live, before), why, seconds,
-                                 horizon)
+            cap = in_process_up_to if small else None
+            why = f"its state fits in {size(cap)}: copying it costs less than a fork" if cap is not None else why
+            verdict = inprocess.run(run, before, view, lambda: self._snapshot(decision, live, before, cap), why,
+                                    seconds, horizon)
+            if not small or verdict.outcome is not trial.Outcome.UNAVAILABLE:
+                return verdict
+            in_process = False  # the state does not fit: nothing was copied or run, a fork trial runs
         return trial.run(decision, run, before, view, seconds, horizon)
 
-    def _snapshot(self, decision: Decision, live: _Live, watched: dict[str, Any]) -> Any:
+    def _snapshot(self, decision: Decision, live: _Live, watched: dict[str, Any], cap: int | None = None) -> Any:
         """What an in-process trial of `decision` must put back (`daifu.core.rollback`): the state reachable
-        from `watched`, the crashed frame's locals, the module's globals, and the runtime's own."""
+        from `watched`, the crashed frame's locals, the module's globals, and the runtime's own; within the
+        `trial_memory` setting and `cap` bytes."""
         from daifu.core import rollback
 
-        return rollback.take(watched, _user_view(live.namespace), self.function.__globals__,
-                             self.handling.settings().trial_memory, [self._runtime_undo(decision, live)])
+        setting = self.handling.settings().trial_memory
+        limit = cap if setting is None else setting if cap is None else min(setting, cap)
+        return rollback.take(watched, _user_view(live.namespace), self.function.__globals__, limit,
+                             [self._runtime_undo(decision, live)])
 
     def _runtime_undo(self, decision: Decision, live: _Live) -> Callable[[], None]:
         """What puts back the runtime's own state as carrying `decision` out on `live` changes it: the

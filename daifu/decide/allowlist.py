@@ -54,6 +54,9 @@ against the callee's running source, and its target must be a user function on t
 Every reason names a line of the file (a surgery's as its new version will have it), or a line of
 the action.
 
+One shape of `.backward()`, which is otherwise refused, is admitted: the gradients of the step accumulated
+over micro-batches, whose shares sum to one (`daifu.decide.allowlist_accumulate`).
+
 This is the static layer. The dynamic one is the trial (`daifu.core.trial`): unattended, an effect
 the repair's own code reaches there fails it (`daifu.decide.trial_effects`), but creating the folder a
 failing write needs.
@@ -73,6 +76,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from daifu.core.changes import BODIES, header_only, statement_changes
+from daifu.decide.allowlist_accumulate import admitted_backwards
 from daifu.decide.allowlist_check import Checker, parse_code
 from daifu.decide.allowlist_context import Context, build_context, context_for
 from daifu.decide.allowlist_flow import aimed_effects
@@ -193,8 +197,9 @@ def _check_def(source: str, running: str, context: Context, what: str) -> CheckR
         for a in ast.walk(d.args)
         if isinstance(a, ast.arg)
     )
+    backwards = admitted_backwards(old_def, new) if "range" not in context.names else frozenset()
     checked = _verdict(changed, context, deletable=_stores(new.body), parameters=parameters,
-                       first_lineno=context.first_lineno)
+                       first_lineno=context.first_lineno, backwards=backwards)
     run_by_headers = _run_by_changed_headers(changes, changed, context)
     aimed = _aimed(new, changed, context, context.first_lineno, "the change", skip=set(run_by_headers))
     return CheckResult(checked.reasons + tuple(run_by_headers.values()) + aimed)
@@ -254,8 +259,9 @@ def _verdict(
     deletable: frozenset[str],
     parameters: frozenset[str],
     first_lineno: int | None,
+    backwards: frozenset[int] = frozenset(),
 ) -> CheckResult:
-    checker = Checker(context, statements, deletable, parameters, first_lineno)
+    checker = Checker(context, statements, deletable, parameters, first_lineno, backwards)
     try:
         for statement in statements:
             checker.statement(statement)

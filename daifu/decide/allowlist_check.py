@@ -53,6 +53,8 @@ class Checker:
     its function (a surgery) assigns; `known` adds the frame's names and the function's parameters.
     `first_lineno` is the file line of the checked source's first line (a surgery's, a patch's), or
     `None` for an action, whose lines are its own: every reason names the line a person can find.
+    `backwards` are the `.backward()` calls admitted as a micro-batch loop's (`id` of their `ast.Call`:
+    `daifu.decide.allowlist_accumulate`), read from the whole new function before the walk.
     """
 
     def __init__(
@@ -62,8 +64,10 @@ class Checker:
         deletable: frozenset[str],
         parameters: frozenset[str],
         first_lineno: int | None = None,
+        backwards: frozenset[int] = frozenset(),
     ) -> None:
         self.context = context
+        self.backwards = backwards
         self._reach: Reach | None = None
         self.first_lineno = first_lineno
         self.deletable = deletable
@@ -542,7 +546,9 @@ class Checker:
         method = func.attr
         self._attribute(func)
         receiver = func.value
-        if method in CONTAINER_METHODS and (
+        if id(node) in self.backwards:
+            pass  # the micro-batches' backward pass (`daifu.decide.allowlist_accumulate`)
+        elif method in CONTAINER_METHODS and (
             method not in system_attributes() or self._holds(receiver, self.context.containers, self.made_containers)
         ):
             pass  # `append`, `setdefault` change what they are called on; `remove`, `copy` only on a known container

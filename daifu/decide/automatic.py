@@ -38,7 +38,8 @@ from daifu.core.decisions import Decision, Raise, Surgery
 from daifu.core.handling import RepairContext
 from daifu.core.kinds import code_of, play_name
 from daifu.decide import watch
-from daifu.decide.botclient import BotAnswer, ask_bot
+from daifu.decide.botclient import BotAnswer, ask_bot  # first: without the bot's packages, nothing more loads
+from daifu.decide import repeat
 from daifu.decide.by_person import person_decided, waiting
 from daifu.decide.candidates import Candidate, candidates, rank, with_experience
 from daifu.decide.contract import Person
@@ -62,16 +63,21 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
     `person`: who approves with `approve="ask"` (`None`: nobody here may be asked)."""
     settings = context.settings
     watch.new_crash(crash)
+    stage = Verification(crash, settings)
+    unattended = settings.approve == "auto" and not watch.distrusted(crash)
+    with doing("re-verifying the repair verified at this site by a short trial"):
+        again = repeat.decide(stage, context) if unattended else None
+    if again is not None:  # the same crash as one repaired here: the bot is not asked again
+        context.watch = watch.start(crash, record.current_number(), again.decision, settings.pass_over)
+        return _applied(stage, context, again)
     with doing("building the crash report"):
         report = build_report(crash)
     with doing("asking the repair bot"):
         answer = ask_bot(report, settings.bot_url, deadline=settings.bot_deadline)
-    stage = Verification(crash, settings)
     with doing("turning the bot's suggestions into candidate repairs"):
         found = fold_repeated(stage, with_experience(stage, rank(candidates(stage, answer.suggestions))))
     _say_diagnosis(crash, answer)
     chosen: Candidate | None = None
-    unattended = settings.approve == "auto" and not watch.distrusted(crash)
     if settings.approve == "auto" and watch.distrusted(crash):
         present = person is not None and person.present()
         say_once(f"automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} stopped earlier in this run "
@@ -96,6 +102,13 @@ def decide(crash: Crash, context: RepairContext, person: Person | None) -> Decis
         return None
     if isinstance(chosen.decision, Raise):  # a person rejected the repair
         return chosen.decision
+    if unattended:
+        repeat.remember(crash, chosen, context.entry.number)
+    return _applied(stage, context, chosen)
+
+
+def _applied(stage: Verification, context: RepairContext, chosen: Candidate) -> Decision:
+    """The decision of `chosen`, which is applied: what the record and the terminal say of it."""
     if chosen.verdict is not None:
         context.entry.extra["trial"] = chosen.verdict.describe()
     replaced = replacement(stage.crash, chosen.decision) if isinstance(chosen.decision, Surgery) else None

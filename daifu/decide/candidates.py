@@ -217,13 +217,19 @@ def with_experience(stage: Verification, found: list[Candidate]) -> list[Candida
     similar = [c for c in similar if c is not learned]
     rest = [c for c in found if c is not learned and all(c is not s for s in similar)]
     ordered = ([learned] if learned else []) + rank(similar + rest)
-    skipped = sum(1 for r in RUN.history if (r.get("function"), r.get("file"), r.get("line")) == site[:3]
-                  and credit.read(r)[0] == credit.AUTOMATIC and r.get("decision") in _SKIP_PLAYS)
-    if skipped >= MAX_SKIPS and any(kind_of(c.decision).skips_work for c in ordered):
-        say_once(f"{skipped} automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} skipped work; "
+    if skips_exhausted(crash) and any(kind_of(c.decision).skips_work for c in ordered):
+        say_once(f"{MAX_SKIPS} automatic repairs at {os.path.basename(crash.filename)}:{crash.lineno} skipped work; "
                  "no more are applied there without a person")
         ordered = [c for c in ordered if not kind_of(c.decision).skips_work]
     return ordered
+
+
+def skips_exhausted(crash: Crash) -> bool:
+    """Whether `MAX_SKIPS` automatic repairs at the crash's site skipped work in this run: no more may."""
+    site = (crash.qualname, crash.filename, crash.lineno)
+    skipped = sum(1 for r in RUN.history if (r.get("function"), r.get("file"), r.get("line")) == site
+                  and credit.read(r)[0] == credit.AUTOMATIC and r.get("decision") in _SKIP_PLAYS)
+    return skipped >= MAX_SKIPS
 
 
 def _offered(stage: Verification, decision: Decision, why: str, found: list[Candidate]) -> Candidate:

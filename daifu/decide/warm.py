@@ -62,6 +62,8 @@ def modules(settings: config.Settings) -> list[str]:
         names.append("daifu.decide.remote")
     if settings.max_trials > 0:
         names += ["daifu.core.trial", "daifu.core.repair_path", "daifu.core.sandbox"]
+        if settings.trials != "fork":  # an in-process trial's, and a repeat's short trial (`daifu.decide.repeat`)
+            names.append("daifu.core.inprocess")
     return names
 
 

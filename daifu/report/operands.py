@@ -10,7 +10,8 @@ value), and names the operand whose facts disagree with what the failing call ex
 - a classification loss (`cross_entropy`, `nll_loss`, their modules): a target outside the classes
   its input has (`input.shape[1]`);
 - a layer called on a tensor: a floating dtype other than its parameters', ids past an embedding's
-  rows, a last dimension other than its `in_features`;
+  rows, ids of a floating dtype holding whole numbers among its rows, a last dimension other than its
+  `in_features`;
 - a message naming dtypes: the tensor whose floating dtype is the minority among the statement's;
 - a message asking for an int: the operand that holds a float;
 - a message about sizes: the tensor whose rows equal a configured number (an int of the frame, or of
@@ -52,6 +53,9 @@ _INT_NEEDED = (
 _DTYPE_WORDS = r"\b(?:Float|Double|Half|BFloat16|float16|float32|float64|bfloat16)\b"
 _SIZE_TALK = r"size|match|shape|dimension|mat1|mat2"
 _INDEX_TALK = r"index|bounds|range|target|assert"
+_INTEGER_IDS = r"\bindices\b.*\b(?:Long|Int)\b|\b(?:Long|Int)\b.*\bindices\b"
+"""An index argument refused for its dtype: "Expected tensor for argument #1 'indices' to have one of the
+following scalar types: Long, Int"."""
 _DTYPE_TALK = r"dtype|scalar type|" + _DTYPE_WORDS
 _SIZE_KEYWORDS = frozenset("size dim start end length step shape k n num index kernel_size stride padding "
                            "num_samples in_features out_features output_size".split())
@@ -369,6 +373,12 @@ def _layer_input(result: _Found, evaluator: Evaluator, call: ast.Call, torch: An
             _said(result, node, {"embeddings": rows},
                   f"{_dtype(given)}, range {low}..{high}; `{name}` has {rows} rows (0..{rows - 1})")
             return
+    if type(rows) is int and given.is_floating_point() and re.search(_INTEGER_IDS, message):
+        whole = _whole_ids(given, rows, torch)
+        if whole is not None:
+            _said(result, node, {"dtype": "int64"}, f"{_dtype(given)} holding whole numbers {whole[0]}..{whole[1]}; "
+                                                    f"`{name}` looks up its {rows} rows by integer ids")
+            return
     wanted = _parameter_dtype(layer, torch)
     if wanted is not None and given.is_floating_point() and given.dtype != wanted \
             and re.search(_DTYPE_TALK, message, re.IGNORECASE):
@@ -380,6 +390,18 @@ def _layer_input(result: _Found, evaluator: Evaluator, call: ast.Call, torch: An
             and re.search(_SIZE_TALK, message, re.IGNORECASE):
         _said(result, node, {"features": features},
               f"shape {tuple(given.shape)}; `{name}` takes {features} features in its last dimension")
+
+
+def _whole_ids(given: Any, rows: int, torch: Any) -> tuple[int, int] | None:
+    """The range of floating ids that are all whole numbers among an embedding's rows (so that an integer
+    dtype is all they lack: a cast changes no id), else `None`."""
+    if not 0 < given.numel() <= MAX_ELEMENTS:
+        return None
+    with torch.no_grad():
+        if not bool(torch.isfinite(given).all()) or not bool((given == given.floor()).all()):
+            return None
+        low, high = int(given.min()), int(given.max())
+    return (low, high) if 0 <= low and high < rows else None
 
 
 def _parameter_dtype(layer: Any, torch: Any) -> Any:

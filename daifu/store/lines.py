@@ -8,6 +8,7 @@ first `OSError` is reported once, as a warning naming the file, and later lines 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import warnings
 from pathlib import Path
@@ -17,11 +18,17 @@ from daifu.state import RUN
 
 
 class LineFile:
-    """One file of lines, opened on the first write (in `mode` "a", or "w" to start it afresh)."""
+    """One file of lines, opened on the first write (in `mode` "a", or "w" to start it afresh).
 
-    def __init__(self, path: Path, mode: str = "a") -> None:
+    follow: the file stays open between lines, yet each line goes to the file its path names when it
+    is written: one removed or replaced since the last line (a person deleting a record, a rotation)
+    is opened again there, at the cost of two `stat` calls a line (opening it for each line cost
+    twenty times that)."""
+
+    def __init__(self, path: Path, mode: str = "a", follow: bool = False) -> None:
         self.path = path
         self._mode = mode
+        self._follow = follow
         self._stream: IO[str] | None = None
         self._lock = threading.Lock()
 
@@ -29,6 +36,9 @@ class LineFile:
         """Append `line` (a newline is added)."""
         with self._lock:
             try:
+                if self._stream is not None and self._follow and self._moved(self._stream):
+                    self._stream.close()
+                    self._stream = None
                 if self._stream is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                     self._stream = open(self.path, self._mode, encoding="utf-8", buffering=1)  # noqa: SIM115
@@ -36,6 +46,15 @@ class LineFile:
             except OSError as error:
                 if RUN.first_time(f"cannot write {self.path}"):
                     warnings.warn(f"DaiFu cannot write {self.path}: {error}", RuntimeWarning, 3)
+
+    def _moved(self, stream: IO[str]) -> bool:
+        """Whether the path no longer names the file `stream` writes to (removed, or another file)."""
+        try:
+            named = os.stat(self.path)
+        except OSError:
+            return True
+        held = os.fstat(stream.fileno())
+        return (named.st_ino, named.st_dev) != (held.st_ino, held.st_dev)
 
     def close(self) -> None:
         with self._lock:

@@ -168,6 +168,8 @@ def code_in_short(decision: Decision, running: str) -> str:
     from daifu.core.kinds import code_of
 
     code = code_of(decision) or ""
+    if not code:
+        return ""
     if isinstance(decision, Surgery):  # what changed, not the whole function
         old = {line.strip() for line in running.splitlines()}
         lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
@@ -285,6 +287,8 @@ class Entry:
     decided_by: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     """More facts for `repairs.jsonl` (trials and their verdicts, the bot's answer)."""
+    rank: int | None = None
+    """The rank the record file of this repair was chosen for (`begin`): its lines and its JSON line say it."""
 
     def decided(self, decision: Decision, decided_by: str) -> None:
         from daifu.core.kinds import step_names
@@ -292,13 +296,13 @@ class Entry:
         self.decision, self.decided_by = decision, decided_by
         for name in step_names(decision):  # one line per play, as the prototype writes a list's
             self.plays.append(name)
-            _write("INFO", f"Repairing... {name}")
+            _line("INFO", f"Repairing... {name}")
 
     def refused(self, decision: Decision, decided_by: str, reason: str) -> None:
         from daifu.core.kinds import step_names
 
         what = "+".join(step_names(decision))
-        _write("WARNING", f"Repair {self.number}: {what} from {decided_by} refused: {reason}")
+        _line("WARNING", f"Repair {self.number}: {what} from {decided_by} refused: {reason}")
 
     def resumed(self, started: float) -> None:
         """The run resumes now; `started` was `time.perf_counter()` at the crash.
@@ -308,7 +312,7 @@ class Entry:
         DaiFu's): it is measured once the log line is written and the JSON line and the terminal
         line are composed, so only writing those two lines comes after it.
         """
-        _write("INFO", f"Repair {self.number} End")
+        _line("INFO", f"Repair {self.number} End")
         settings = self.settings
         item, target = self._item(), repairs.repairs_path(settings.workspace if settings is not None else None)
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
@@ -322,7 +326,7 @@ class Entry:
 
     def failed(self, decided_by: str) -> None:
         self.decided_by = self.decided_by or decided_by
-        _write("INFO", "Repair Fails")
+        _line("INFO", "Repair Fails")
         repairs.append(self._item())
         say(f"repair {self.number}: {self._where()}: not repaired ({self._by()}); the exception goes on")
 
@@ -367,7 +371,7 @@ class Entry:
             "duration_ms": None,
             "plays": self.plays,
             "pid": os.getpid(),
-            "rank": ranks.rank(),
+            "rank": self.rank,
             **self.extra,
             "decided_by": decided_by,
             "suggested_by": suggested_by,
@@ -394,9 +398,13 @@ def passed_over(account: Account, firing: Firing, entry: RepairEntry | None) -> 
 
 
 def begin(crash: Crash, settings: Settings | None = None) -> Entry:
-    """Start recording the repair of `crash`, handled under `settings`: writes `Repair N Begin`."""
+    """Start recording the repair of `crash`, handled under `settings`: writes `Repair N Begin`.
+
+    The record file in effect is found here, once: every later line of this repair is written to it
+    without looking for it again (that look, the environment, the rank and the working directory,
+    was a sixth of a repeated crash's restore when each line paid it)."""
     _file()
-    entry = Entry(RUN.next_number(), crash, settings)
+    entry = Entry(RUN.next_number(), crash, settings, rank=_record.get("rank"))
     losses = _losses_at(crash)
     if losses:
         entry.extra["losses"] = losses

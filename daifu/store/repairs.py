@@ -7,6 +7,7 @@ own `repair` number and process, never by its line.
 
 from __future__ import annotations
 
+import atexit
 import json
 import threading
 from pathlib import Path
@@ -35,22 +36,43 @@ def repairs_path(workspace: Path | None = None) -> Path:
     return per_rank((workspace or config.settings().workspace) / REPAIRS_FILE)
 
 
+_open: list[LineFile] = []
+"""The file the last line was written to, left open (`LineFile(follow=True)`): a repeated crash's
+restore paid more for opening it than for the rest of the record. One only: a process whose workspace
+changes (a test suite's) does not gather open files."""
+
+
+def _target(path: Path) -> LineFile:
+    """The open file for `path`, the one left open before when it is the same; called under `_lock`."""
+    if _open and _open[0].path == path:
+        return _open[0]
+    if _open:
+        _open.pop().close()
+    _open.append(LineFile(path, follow=True))
+    return _open[0]
+
+
+@atexit.register
+def _close() -> None:
+    """At exit: close the file left open (each of its lines was flushed as it was written)."""
+    with _lock:
+        if _open:
+            _open.pop().close()
+
+
 def append(item: dict[str, Any], path: Path | None = None) -> None:
     """Record one repair: in memory (`RUN.history`) and as a line of `path` (default `repairs_path()`)."""
     RUN.remember(item)
     line = json.dumps(item, default=str)
-    with _lock:  # a repair is rare: the file is opened for each, and never left open
-        target = LineFile((path or repairs_path()).absolute())
-        target.write(line)
-        target.close()
+    with _lock:
+        _target((path or repairs_path()).absolute()).write(line)
 
 
 def append_event(item: dict[str, Any], path: Path | None = None) -> None:
     """Record a line that is no repair (`item["event"]`): in the file only, never among the repairs."""
+    line = json.dumps(item, default=str)
     with _lock:
-        target = LineFile((path or repairs_path()).absolute())
-        target.write(json.dumps(item, default=str))
-        target.close()
+        _target((path or repairs_path()).absolute()).write(line)
 
 
 def load(path: Path | None = None) -> list[dict[str, Any]]:

@@ -18,11 +18,17 @@ One module per family of edits, each with `propose(view)`:
 - `dtypes`: casts to the dtype the other operand, the module or the loss needs;
 - `shapes`: edits derived from the actual shapes (flatten, unsqueeze, squeeze, transpose, reshape,
   `view` -> `reshape`, the other tensor of a pair cut to match);
+- `state_keys`: a state dict saved from (or for) a wrapper such as DataParallel or `torch.compile`, its keys
+  renamed as they are loaded where one prefix maps the unexpected keys exactly onto the missing ones;
+- `unread`: a value the function made from the faulty statement's operand and never used, read in its
+  place (`shift_logits` where the statement reads `logits`);
 - `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
   dicts indexed by a key;
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy;
 - `leaves`: an in-place change of a leaf that requires grad (`w.clamp_`, `w -= lr * w.grad`) made in
   `torch.no_grad()` (or on `.data`);
+- `logs`: a NaN or Inf made by `log` of a tensor holding zeros (an entropy of a sharpened softmax): the
+  log of the values clamped to the smallest positive number of their dtype, where they were made;
 - `lookups`: from the live object a failed lookup looked in (the report's `lookups`): the nearest key,
   attribute or name holding the kind of value the place needs, `setdefault`/`.get` for a missing entry of
   a mapping that keeps the run's accounts, an index one past the end of a list of settings clamped, a
@@ -61,13 +67,16 @@ from repairbot.generate import (
     elements,
     graph,
     leaves,
+    logs,
     lookups,
     memory,
     numbers,
     origin,
     shapes,
     site_control,
+    state_keys,
     structure,
+    unread,
 )
 from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import FunctionSite, View, sites
@@ -81,10 +90,13 @@ FAMILIES: list[tuple[Family, str]] = [
     (origin.propose, "tensor_mismatch"),
     (numbers.propose, "api_misuse"),
     (structure.propose, "api_misuse"),
+    (state_keys.propose, "api_misuse"),
     (dtypes.propose, "tensor_mismatch"),
     (shapes.propose, "tensor_mismatch"),
+    (unread.propose, "tensor_mismatch"),
     (graph.propose, "api_misuse"),
     (leaves.propose, "api_misuse"),
+    (logs.propose, "exceptional_data"),
     (lookups.propose, "api_misuse"),
     (elements.propose, "api_misuse"),
     (constraints.propose, "api_misuse"),

@@ -28,6 +28,7 @@ SKIPS_ITERATION = "skips the rest of this iteration (its batch is not trained on
 SKIPS_STATEMENT = "skips the faulty statement (the names it assigns keep their old values)"
 SKIPS_REPORT = "skips a statement that only reports (a line of the log is lost, no trained state)"
 PASSES_ITEM = "passes over the item the loop's iterator could not make (a batch is not trained on)"
+ROUNDS_DOWN = "rounds the count down (the items of the remainder, past the last whole batch, are never reached)"
 DROPS_ELEMENTS = "drops the elements that do not match"
 REPLACES_DATA = "replaces the out-of-range values of this batch by 0 (conventionally the unknown or padding id)"
 REPLACES_NONFINITE = "replaces the NaN and Inf values of this iteration's data by 0"

@@ -41,6 +41,8 @@ _SAME_WORD = 0.7
 """How near two words must be to be one word mistyped (`group`, `groups`; `wieght`, `weight`)."""
 _ABBREVIATION = 3
 """The fewest letters a word's shortening keeps (`acc`): one or two letters name too many words."""
+_SUMS = (ast.Add, ast.Sub, ast.Mult)
+"""Operators of a divisor evaluated a second time in its guard: on numbers, they do nothing else."""
 
 
 def propose(view: View) -> Iterator[GeneratedRepair | None]:
@@ -302,32 +304,53 @@ def _clamped(view: View, lookup: Lookup) -> Iterator[GeneratedRepair | None]:
                            "to its last item from there on.", FAMILY, 2 if index == lookup.length else 1)
 
 
-# -- a quotient by zero that is only reported ------------------------------------------------------------------
+# -- a quotient by zero that only measures the run ------------------------------------------------------------
 
 
 def _guarded(view: View, lookup: Lookup) -> Iterator[GeneratedRepair | None]:
+    """0 for the quotient by zero where it only measures the run; the divisions of the measures computed from
+    it guarded too (F1 from a precision guarded to 0 divides by `precision + recall`, 0 in turn)."""
     statement = view.statement
     for node in view.walk():
         if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv))
                 and edits.text(view, node.right) == lookup.expression and _pure(node.right)):
             continue
         target = statement.targets[0] if isinstance(statement, ast.Assign) and len(statement.targets) == 1 else None
-        metric = usage.reported(view, node) or (
-            isinstance(target, ast.Name) and statement is not None and usage.only_reported(view, target.id, statement))
-        if not metric:
+        later = [] if usage.reported(view, node) else (
+            usage.measures(view, target.id, statement) if isinstance(target, ast.Name) and statement is not None
+            else None)
+        if later is None:
             continue
-        zero = "0.0" if isinstance(node.op, ast.Div) else "0"
+        divisions = [node] + [d for s in later for d in ast.walk(s) if isinstance(d, ast.BinOp)
+                              and isinstance(d.op, (ast.Div, ast.FloorDiv)) and _pure(d.right)
+                              and not _already_guarded(view, d)]
         divisor = edits.text(view, node.right)
-        guarded = f"{edits.text(view, node)} if {divisor} else {zero}"
-        whole = isinstance(statement, ast.Assign) and statement.value is node
-        yield make.changed(view, edits.replace(view, [(node, guarded if whole else f"({guarded})")]),
-                           f"`{divisor}` is 0 and the quotient is only reported (a metric over nothing): report "
-                           f"{zero} when there is nothing to divide by.", FAMILY, 2)
+        more = f" (and in the {len(divisions) - 1} measure(s) computed from it)" if len(divisions) > 1 else ""
+        yield make.changed(view, edits.replace(view, [(d, _guard(view, d)) for d in divisions]),
+                           f"`{divisor}` is 0 and the quotient only measures the run (a metric over nothing: it is "
+                           "reported, compared or combined into other measures, never trained on): take 0 when "
+                           f"there is nothing to divide by{more}, as metric libraries do.", FAMILY, 2)
+
+
+def _already_guarded(view: View, division: ast.BinOp) -> bool:
+    """Whether `division` is the value of `... if <its divisor> else ...` (a guard a repair put there before)."""
+    parent = view.parent(division)
+    return (isinstance(parent, ast.IfExp) and parent.body is division
+            and ast.dump(parent.test) == ast.dump(division.right))
+
+
+def _guard(view: View, division: ast.BinOp) -> str:
+    """`division` written to give 0 when its divisor is 0, in parentheses unless it is a statement's whole value."""
+    zero = "0.0" if isinstance(division.op, ast.Div) else "0"
+    guarded = f"{edits.text(view, division)} if {edits.text(view, division.right)} else {zero}"
+    parent = view.parent(division)
+    return guarded if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is division else f"({guarded})"
 
 
 def _pure(node: ast.expr) -> bool:
     """Whether evaluating `node` twice gives the same and does nothing: names, attributes, constant subscripts,
-    `len` of one of them."""
+    `len` of one of them, sums and products of those (`tp + fp`: the divisor is a Python number, or no
+    `ZeroDivisionError` was raised)."""
     if isinstance(node, (ast.Name, ast.Constant)):
         return True
     if isinstance(node, ast.Attribute):
@@ -336,4 +359,6 @@ def _pure(node: ast.expr) -> bool:
         return _pure(node.value) and _pure(node.slice)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1:
         return _pure(node.args[0])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, _SUMS):
+        return _pure(node.left) and _pure(node.right)
     return False

@@ -19,8 +19,8 @@ import ast
 import re
 from collections.abc import Iterator
 
-from repairbot.generate import edits, make
-from repairbot.generate.candidate import GeneratedRepair
+from repairbot.generate import counts, edits, make
+from repairbot.generate.candidate import ROUNDS_DOWN, GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "numbers"
@@ -61,19 +61,26 @@ def _float_as_int(view: View) -> Iterator[GeneratedRepair | None]:
                            "index or a count must be an int.", FAMILY, 1)
     floats = [name for name in view.reads if view.type_of(name) == "float"]
     for name in floats:
+        remainder = counts.loses_remainder(view, name)
+        down = ROUNDS_DOWN if remainder else ""
         assignment = view.earlier_assignment(name)
         if assignment is not None and assignment.value is not None:
             value = assignment.value
             inner = [n for n in ast.walk(value) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)]
             for node in inner:
+                if remainder:
+                    yield make.changed(view, counts.ceiling(view, node),
+                                       f"`{name}` counts the iterations of a `range`, and the line that computes it "
+                                       "divides with `/`, leaving a remainder: round it up there, so the last, "
+                                       "partial batch is reached too.", FAMILY, 2)
                 yield make.changed(view, _floor(view, node), f"`{name}` is a float because the line that computes "
                                    f"it divides with `/`; use `//` there, so `{name}` is an int wherever it is used.",
-                                   FAMILY, 2)
+                                   FAMILY, 2, down)
             yield make.changed(view, make.wrap_node(view, value, "int({})"),
-                               f"Make `{name}` an int where it is computed.", FAMILY, 1)
+                               f"Make `{name}` an int where it is computed.", FAMILY, 1, down)
         yield make.changed(view, make.wrap_reads(view, name, "int({})"),
                            f"`{name}` is a float ({view.variable(name).text if view.variable(name) else ''}); "  # type: ignore[union-attr]
-                           "convert it with `int(...)` where the statement uses it.", FAMILY, 1)
+                           "convert it with `int(...)` where the statement uses it.", FAMILY, 1, down)
 
 
 def _floor(view: View, node: ast.BinOp) -> str | None:

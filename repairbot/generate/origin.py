@@ -13,7 +13,8 @@ that made it, and proposes the typed edit there:
 - a cast (`.float()`, `.long()`...) of the value made with the wrong dtype (`torch.from_numpy(a)`);
 - `- 1` on labels or ids made from data numbered from 1, when the live values show exactly that
   offset against the class count (smallest 1, largest the count) and nothing on the way holds a 0;
-- `//` for each `/` that made a float where an int belongs, or `int(...)` around the value;
+- `//` for each `/` that made a float where an int belongs, or `int(...)` around the value; for a count
+  of a `range` whose division leaves a remainder, the count rounded up first (floor would drop it);
 - a size read from this iteration's data (`real.size(0)`) in place of the configured number
   (`batch_size`, `args.batch_size`) in the statements the wrong tensor was made from.
 
@@ -30,9 +31,9 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from repairbot.generate import edits, infer, make
-from repairbot.generate.candidate import GeneratedRepair
-from repairbot.generate.trace import Link, definition, interrupted_loop, reads, slice_of
+from repairbot.generate import counts, edits, infer, make
+from repairbot.generate.candidate import ROUNDS_DOWN, GeneratedRepair
+from repairbot.generate.trace import Link, binding, bound_names, definition, interrupted_loop, reads, slice_of
 from repairbot.generate.view import View
 from repairbot.protocol import Operand
 
@@ -74,14 +75,14 @@ def _names(expression: str) -> list[str]:
 # -- following a fault back ---------------------------------------------------------------------------
 
 
-def chain(view: View, name: str, carries: Callable[[str], bool]) -> list[Link]:
+def chain(view: View, name: str, carries: Callable[[str], bool], first: Link | None = None) -> list[Link]:
     """The links from the faulty statement back to where `name`'s value was made: a link whose value reads
-    exactly one name that `carries` the fault is followed through that name."""
+    exactly one name that `carries` the fault is followed through that name (from `first`, when given)."""
     links: list[Link] = []
     current, use = name, view.statement
     assert use is not None
     for _ in range(_CHAIN):
-        link = definition(view, current, use)
+        link = first if first is not None and not links else definition(view, current, use)
         if link is None:
             break
         links.append(link)
@@ -92,6 +93,21 @@ def chain(view: View, name: str, carries: Callable[[str], bool]) -> list[Link]:
             break
         current, use = carriers[0], link.statement
     return links
+
+
+def chains(view: View, name: str, carries: Callable[[str], bool]) -> list[list[Link]]:
+    """`chain`, and where it stops at an `if` that binds its name in both branches, the chain on from each
+    branch's binding: which branch ran is not in the report, so each is a candidate for its own trial."""
+    links = chain(view, name, carries)
+    last = links[-1] if links else None
+    if last is None or last.kind != "other" or not isinstance(last.statement, ast.If):
+        return [links]
+    found = []
+    for branch in (last.statement.body, last.statement.orelse):
+        bindings = [statement for statement in branch if last.name in bound_names(statement)]
+        if bindings:
+            found.append(links[:-1] + chain(view, last.name, carries, binding(view, last.name, bindings[-1])))
+    return found or [links]
 
 
 def _last_rerun(links: list[Link]) -> Link | None:
@@ -133,11 +149,11 @@ def _cast(view: View, operand: Operand, names: list[str], target: str) -> Iterat
     for name in names:
         if view.facts(name).get("dtype") != have:
             continue
-        links = chain(view, name, lambda read: view.is_tensor(read) and view.facts(read).get("dtype") == have)
-        code = _at(view, links, "{a}" + f".{method}()")
-        yield make.changed(view, code, f"{operand.wrong or f'`{name}` is {have}'}. It is made {have} "
-                           f"{_where(links)}: convert it to {target} there, so every use sees {target}.",
-                           FAMILY, AT_ORIGIN)
+        for links in chains(view, name, lambda read: view.is_tensor(read) and view.facts(read).get("dtype") == have):
+            code = _at(view, links, "{a}" + f".{method}()")
+            yield make.changed(view, code, f"{operand.wrong or f'`{name}` is {have}'}. It is made {have} "
+                               f"{_where(links)}: convert it to {target} there, so every use sees {target}.",
+                               FAMILY, AT_ORIGIN)
 
 
 def _offset(view: View, operand: Operand, names: list[str], count: int) -> Iterator[GeneratedRepair | None]:
@@ -172,25 +188,33 @@ def _range(facts: dict[str, Any]) -> tuple[int, int] | None:
 
 
 def _integer(view: View, names: list[str]) -> Iterator[GeneratedRepair | None]:
-    """`//` where a float that belongs to an int was divided, else `int(...)` where it was made."""
+    """`//` where a float that belongs to an int was divided, else `int(...)` where it was made; for a count
+    whose division leaves a remainder, the count rounded up first (`repairbot.generate.counts`)."""
     for name in names:
         if view.type_of(name) != "float":
             continue
+        remainder = counts.loses_remainder(view, name)
+        down = ROUNDS_DOWN if remainder else ""
         links = chain(view, name, lambda read: view.type_of(read) == "float")
         for link in links:
             if link.kind != "assign" or not link.reruns or link.value is None:
                 continue
             for node in ast.walk(link.value):
                 if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+                    made = (f"`{link.name}` is a float because it is computed with `/` (line "
+                            f"{link.statement.lineno} of the function), and `{name}` is used as an int")
+                    if remainder:
+                        yield make.changed(view, counts.ceiling(view, node),
+                                           f"{made}; it counts the iterations of a `range` and the division leaves "
+                                           f"a remainder ({view.facts(name)['value']}): round it up there, so "
+                                           "the last, partial batch is reached too.", FAMILY, AT_ORIGIN)
                     yield make.changed(view, edits.replace_between(view, node.left, node.right, "/", "//"),
-                                       f"`{link.name}` is a float because it is computed with `/` (line "
-                                       f"{link.statement.lineno} of the function), and `{name}` is used as an int: "
-                                       "use `//` there.", FAMILY, AT_ORIGIN)
+                                       f"{made}: use `//` there.", FAMILY, AT_ORIGIN, down)
         last = _last_rerun(links)
         if last is not None and last.value is not None:
             yield make.changed(view, make.wrap_node(view, last.value, "int({})"),
                                f"Make `{last.name}` an int where it is computed, so `{name}` is one where it is used.",
-                               FAMILY, 2)
+                               FAMILY, 2, down)
 
 
 def _data_size(view: View, operand: Operand, names: list[str], rows: int,

@@ -38,6 +38,7 @@ from repairbot.generate.candidate import (
     PASSES_ITEM,
     REPLACES_DATA,
     REPLACES_NONFINITE,
+    ROUNDS_DOWN,
     SKIPS_ITERATION,
     SKIPS_REPORT,
     SKIPS_STATEMENT,
@@ -51,7 +52,8 @@ from repairbot.signs import parse
 MAX_CANDIDATES = MAX_SUGGESTIONS
 LEVELS = {"": giving_up.NOTHING, SKIPS_REPORT: giving_up.REPORT, DROPS_ELEMENTS: giving_up.ROWS,
           CUTS_ROWS: giving_up.ROWS, REPLACES_DATA: giving_up.ROWS, REPLACES_NONFINITE: giving_up.ROWS,
-          PASSES_ITEM: giving_up.ITERATION, SKIPS_ITERATION: giving_up.ITERATION, INTRODUCES_JUMP: giving_up.ITERATION,
+          ROUNDS_DOWN: giving_up.ROWS, PASSES_ITEM: giving_up.ITERATION, SKIPS_ITERATION: giving_up.ITERATION,
+          INTRODUCES_JUMP: giving_up.ITERATION,
           SKIPS_STATEMENT: giving_up.STATEMENT, DISCARDS_STATE: giving_up.STATE}
 """The level (`repairbot.giving_up`) of each thing a family says its candidate gives up."""
 _SAID = {giving_up.ROWS: CUTS_ROWS, giving_up.ITERATION: INTRODUCES_JUMP, giving_up.STATEMENT: SKIPS_STATEMENT,
@@ -78,12 +80,14 @@ def ranked(candidates: list[GeneratedRepair], sites: list[FunctionSite]) -> list
             continue
         candidate.gives_up = _gives_up(candidate, sources)
         measured.append(measure(candidate, sources.get(candidate.target if candidate.kind != "action" else "-"), known))
-    measured.sort(key=_key)
+    identities = [(c.kind, _canonical(c.code), c.target) for c in measured]
+    _most_given_up(measured, identities)
+    order = sorted(range(len(measured)), key=lambda i: _key(measured[i]))
     kept: list[GeneratedRepair] = []
     seen: set[tuple[str, str, str | None]] = set()
     whole_defs = 0
-    for candidate in measured:
-        identity = (candidate.kind, _canonical(candidate.code), candidate.target)
+    for index in order:
+        candidate, identity = measured[index], identities[index]
         if identity in seen:
             continue
         if candidate.kind in ("surgery", "patch_function"):
@@ -116,6 +120,18 @@ def _key(candidate: GeneratedRepair) -> tuple[int, bool, int, int, float]:
         candidate.cost + 2 * candidate.new_names,
         -(candidate.confidence if candidate.confidence is not None else 0.45 + 0.2 * candidate.evidence),
     )
+
+
+def _most_given_up(candidates: list[GeneratedRepair], identities: list[tuple[str, str, str | None]]) -> None:
+    """The same repair proposed twice gives up the most either proposer says: a family that read the live
+    values (a count rounded down past a remainder) knows what a rule's identical edit does not."""
+    most: dict[tuple[str, str, str | None], str] = {}
+    for candidate, identity in zip(candidates, identities):
+        known = most.get(identity)
+        if known is None or LEVELS.get(candidate.gives_up, giving_up.STATE) > LEVELS.get(known, giving_up.STATE):
+            most[identity] = candidate.gives_up
+    for candidate, identity in zip(candidates, identities):
+        candidate.gives_up = most[identity]
 
 
 def _gives_up(candidate: GeneratedRepair, sources: dict[str | None, str]) -> str:

@@ -13,7 +13,9 @@ pair whose shapes disagree, the edits that would make them agree are worked out 
 - a batch dimension added to an input (`x_val[0].unsqueeze(0)`) that the same callee is elsewhere
   given with one more leading dimension;
 - for a matrix product ("mat1 and mat2 shapes cannot be multiplied (AxB and CxD)"): the input's
-  trailing dimensions flattened to the layer's C features, or a transpose;
+  trailing dimensions flattened to the layer's C features, or a transpose; an input made by a
+  `reshape`/`view` whose tensor has the layer's C features as it stands (its trailing dimensions
+  flattened when it has more than two) is given that tensor instead;
 - `view` -> `reshape` (or `.contiguous()`) for a tensor whose strides `view` cannot follow;
 - for tensors stacked that differ only where one has size 1 ("stack expects each tensor to be equal
   size, but got [3, 32, 32] at entry 0 and [1, 32, 32] at entry 7": a grayscale image among colour
@@ -181,11 +183,27 @@ def _matmul(view: View) -> Iterator[GeneratedRepair | None]:
         if len(shape) >= 2 and shape[-2] == c and shape[-1] == b:
             yield _edit(view, node, "{a}.transpose(-2, -1)", f"`{edits.text(view, node)}` has its last two "
                         f"dimensions swapped ({tuple(shape)}; {c} features wanted).", 1)
+        yield from _unreshaped(view, node, c)
     for product in view.walk():
         if isinstance(product, ast.BinOp) and isinstance(product.op, ast.MatMult):
             right = infer.shape(view, product.right)
             if right and len(right) >= 2 and right[-1] == b and right[-2] == d:
                 yield _edit(view, product.right, "{a}.transpose(-2, -1)", "The right operand of `@` is transposed.", 1)
+
+
+def _unreshaped(view: View, node: ast.expr, features: int) -> Iterator[GeneratedRepair | None]:
+    """The tensor a `reshape`/`view` input was made from, in its place, when it fits a layer of `features`
+    inputs as it stands (one row per sample, or its trailing dimensions flattened): the reshape broke it."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _RESHAPES):
+        return
+    tensor = node.func.value
+    shape = infer.shape(view, tensor)
+    if not shape or len(shape) < 2 or math.prod(shape[1:]) != features:
+        return
+    written = edits.text(view, tensor) if len(shape) == 2 else f"{edits.atom(view, tensor)}.flatten(1)"
+    said = (f"`{edits.text(view, node)}` gives the layer rows of the wrong width; `{edits.text(view, tensor)}` "
+            f"({tuple(shape)}) has its {features} features as it stands: give it that tensor.")
+    yield make.changed(view, edits.replace(view, [(node, written)]), said, FAMILY, 2)
 
 
 def _missing_batch(view: View) -> Iterator[GeneratedRepair | None]:

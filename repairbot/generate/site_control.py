@@ -11,7 +11,12 @@ on by passing over the little that failed, and what may be passed over depends o
 - a statement that only reports — a `print`, a logger's, a progress bar's or a metrics board's call —
   and binds nothing: `skip` it; the run loses one line of its log, no trained state;
 - a statement in a `for` loop's iteration that reads that iteration's data (a batch the loop made):
-  `skip_iteration` passes over the rest of this iteration.
+  `skip_iteration` passes over the rest of this iteration;
+- a statement that writes a whole file (`torch.save`, `numpy.save`, `pickle.dump`, `json.dump`) and binds
+  nothing, failed with a runtime or an I/O error that does not say the path is wrong (not found, not
+  permitted): `retry` it, at once and after growing waits — a shared file system's momentary failure
+  passes, and writing the whole file again is the same write. Nothing is passed over; a trial says
+  whether the write now succeeds.
 
 Each gives something up, says what in its explanation, and is ranked after every edit. None is right
 by itself: a trial that runs past the interrupted iteration sees whether it fires again on the
@@ -24,19 +29,29 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from repairbot.generate import make
 from repairbot.generate.candidate import PASSES_ITEM, SKIPS_ITERATION, SKIPS_REPORT, GeneratedRepair
+from repairbot.generate.control import WAITS
 from repairbot.generate.view import View
 from repairbot.giving_up import REPORTERS, REPORTING_MODULES
+from repairbot.signs import MAX_RETRIES, PERMANENT_OS, wait_code
 
 _CODE_ERRORS = frozenset({"NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundError", "SyntaxError",
                           "IndentationError", "NotImplementedError", "RecursionError"})
 """Exceptions that say the code is wrong whatever the data: passing the data over cannot help."""
+_WRITERS = {"torch": {"save"}, "numpy": {"save", "savez", "savez_compressed", "savetxt"},
+            "np": {"save", "savez", "savez_compressed", "savetxt"}, "pickle": {"dump"}, "json": {"dump"}}
+"""Module functions that write a whole file from their arguments: the same call writes the same file again."""
+_WRITE_FAILURES = frozenset({"RuntimeError", "OSError", "IOError"})
+"""What a failed write raises (PyTorch's stream writer raises RuntimeError); a `TypeError` or a `ValueError`
+says the arguments are wrong, which no retry mends."""
 
 
 def propose(view: View) -> Iterator[GeneratedRepair | None]:
     if view.statement is None or not view.outermost:
         return
     yield from _next_item(view)
+    yield from _write_retried(view)
     yield from _report_skipped(view)
     yield from _batch_passed_over(view)
 
@@ -63,6 +78,26 @@ def _report_skipped(view: View) -> Iterator[GeneratedRepair | None]:
         yield GeneratedRepair("skip", "The statement only reports (it logs or prints, and assigns nothing): pass it "
                               "over, and training goes on without that line of its log.", "exceptional_data", 1,
                               gives_up=SKIPS_REPORT)
+
+
+def _write_retried(view: View) -> Iterator[GeneratedRepair | None]:
+    """`retry` (at once, then after each wait) of a statement that only writes a whole file (see the module
+    docstring)."""
+    statement, e = view.statement, view.report.exception
+    if not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call):
+        return
+    func = statement.value.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            and func.attr in _WRITERS.get(func.value.id, ()) and view.uses_module(func.value.id)):
+        return
+    if e.type not in _WRITE_FAILURES or view.exception_types & PERMANENT_OS or len(view.report.tried) >= MAX_RETRIES:
+        return
+    writer = f"{func.value.id}.{func.attr}"
+    yield GeneratedRepair("retry", f"The statement only writes a file (`{writer}`), and the write failed: write it "
+                          "again, as a momentary failure of the file system passes.", "exceptional_data", 1)
+    for seconds in WAITS:
+        yield make.action(view, wait_code(seconds), f"The write (`{writer}`) failed: wait {seconds:g} s, then write "
+                          "the file again.", "exceptional_data", 1)
 
 
 def _reports(view: View, called: ast.expr) -> bool:

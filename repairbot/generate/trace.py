@@ -63,6 +63,11 @@ def definition(view: View, name: str, use: ast.stmt) -> Link | None:
         node = parent
 
 
+def binding(view: View, name: str, statement: ast.stmt) -> Link:
+    """The link of `statement`, which binds `name` (a branch's assignment, found by the caller)."""
+    return _link(view, name, statement)
+
+
 def reads(node: ast.AST) -> list[str]:
     """The names `node` reads, in source order, each once (not inside nested scopes)."""
     found: dict[str, None] = {}

@@ -9,7 +9,10 @@ syntax tree around a node of the faulty statement:
   it; the kind of the items of the list it is appended to (the report's facts say);
 - `reported` and `only_reported`: whether the value goes nowhere but into a report of the run — printed,
   logged, formatted into text, appended to a list of numbers — so that a default or a guard changes what
-  the run says, never what it computes.
+  the run says, never what it computes;
+- `measures`: whether the value is a measurement of the run — reported, or compared in a condition
+  (the best score so far picks the weights kept), or combined by arithmetic into other such values
+  (precision into F1) — and never an operand of what the run computes (a loss, a learning rate, a size).
 
 Kinds are the report's (`daifu.report.lookups.kind_of`): `float`, `list[float]`, `Tensor`, `method`...
 """
@@ -150,3 +153,89 @@ def only_reported(view: View, name: str, statement: ast.stmt) -> bool:
     reads = [n for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
              and id(n) not in inside]
     return bool(reads) and all(reported(view, read) for read in reads)
+
+
+_MEASURE_CALLS = frozenset({"float", "round", "abs", "min", "max", "int"})
+"""Calls through which a number stays the same measurement, changed only in form."""
+
+
+def measures(view: View, name: str, statement: ast.stmt) -> list[ast.stmt] | None:
+    """The statements that compute other measures from `name` (`f1 = ...` from `precision`), when every read
+    of `name` outside `statement` only reports it, compares it in a condition, or computes by arithmetic
+    another name of which the same holds (see the module docstring); `None` when a read goes anywhere else
+    (a call, a subscript, a `return`: a computation) or the function never reads it."""
+    fdef = view.fdef
+    if fdef is None:
+        return None
+    seen: set[str] = set()
+    made: list[ast.stmt] = []
+    pending = [(name, statement)]
+    while pending:
+        current, made_by = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        inside = {id(n) for n in ast.walk(made_by)}
+        reads = [n for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id == current
+                 and isinstance(n.ctx, ast.Load) and id(n) not in inside]
+        if current == name and not reads:
+            return None
+        for read in reads:
+            if reported(view, read) or _in_condition(view, read):
+                continue
+            into = _measure_made(view, read)
+            if into is None:
+                return None
+            pending += into
+            made += [assign for _, assign in into if assign not in made]
+    return made
+
+
+def _in_condition(view: View, node: ast.AST) -> bool:
+    """Whether `node` (through arithmetic and a comparison) is the test of an `if`, a `while` or a conditional
+    expression, or part of one (`precision + recall` in `... if precision + recall else 0.0`)."""
+    test = _lifted(view, node)
+    if isinstance(view.parent(test), ast.Compare):
+        test = view.parent(test)  # type: ignore[assignment]
+    above = view.parent(test)
+    while isinstance(above, (ast.BoolOp, ast.UnaryOp)):
+        test, above = above, view.parent(above)
+    return isinstance(above, (ast.If, ast.While, ast.IfExp)) and above.test is test
+
+
+def _lifted(view: View, node: ast.AST) -> ast.AST:
+    """`node`, or the outermost expression around it that only does arithmetic on it (`2 * p * r`), through
+    the calls that change only its form (`round(f1, 4)`) and the branches of a conditional expression."""
+    current, parent = node, view.parent(node)
+    while isinstance(parent, (ast.BinOp, ast.UnaryOp)) or (
+            isinstance(parent, ast.Call) and _measure_call(parent) and current is not parent.func) or (
+            isinstance(parent, ast.IfExp) and current is not parent.test):
+        current, parent = parent, view.parent(parent)
+    return current
+
+
+def _measure_made(view: View, node: ast.AST) -> list[tuple[str, ast.stmt]] | None:
+    """The names (with the statement assigning them) that `node`'s value goes into by arithmetic alone: `f1`
+    for `precision` in `f1 = 2 * precision * recall / ...`, `best` in `best, at = score, step`; `None`
+    when it goes anywhere else."""
+    current = _lifted(view, node)
+    parent = view.parent(current)
+    if isinstance(parent, ast.Tuple) and isinstance(view.parent(parent), ast.Assign):
+        assign = view.parent(parent)
+        assert isinstance(assign, ast.Assign)
+        index = parent.elts.index(current)  # type: ignore[arg-type]
+        targets = [t.elts[index] for t in assign.targets
+                   if isinstance(t, ast.Tuple) and len(t.elts) == len(parent.elts)]
+        if len(targets) != len(assign.targets) or not all(isinstance(t, ast.Name) for t in targets):
+            return None
+        return [(t.id, assign) for t in targets if isinstance(t, ast.Name)]
+    if isinstance(parent, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and parent.value is current:
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        if not all(isinstance(t, ast.Name) for t in targets):
+            return None
+        return [(t.id, parent) for t in targets if isinstance(t, ast.Name)]
+    return None
+
+
+def _measure_call(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Name) and call.func.id in _MEASURE_CALLS
