@@ -15,6 +15,7 @@ other in a cycle. `repairbot` never imports `daifu`; `daifu` imports from `repai
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,15 +113,17 @@ def _targets(name: str, path: Path, node: ast.Import | ast.ImportFrom, known: di
     return found
 
 
-def imports() -> list[Import]:
-    """Every import from a module of `daifu` or `repairbot` of another module of theirs."""
+@functools.cache
+def imports() -> tuple[Import, ...]:
+    """Every import from a module of `daifu` or `repairbot` of another module of theirs (read once for the
+    file's tests: parsing both packages takes seconds)."""
     known = modules()
-    found = []
+    found: list[Import] = []
     for name, path in sorted(known.items()):
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         for node, typing in _statements(tree):
             found += [Import(name, target, node.lineno, typing) for target in _targets(name, path, node, known)]
-    return found
+    return tuple(found)
 
 
 def layer(module: str) -> int:

@@ -11,6 +11,7 @@ PyTorch is the one exception: the README's command installs it beside the extra.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import re
 import sys
@@ -64,8 +65,10 @@ def _local_names() -> set[str]:
     return names | {"daifu", "repairbot", "tests", "examples", "DLFailureBenchmark", "benchmarks"}
 
 
+@functools.cache
 def third_party_imports() -> dict[str, set[str]]:
-    """Each third-party top-level module the suite may import, with the files that import it."""
+    """Each third-party top-level module the suite may import, with the files that import it (read once:
+    parsing every file and every string of code in them takes seconds)."""
     local, found = _local_names(), {}
     for folder in RUN_BY_TESTS:
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -81,9 +84,16 @@ def _normalized(distribution: str) -> str:
     return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
+@functools.cache
+def _installed() -> dict[str, list[str]]:
+    """Each importable top-level module with the distributions installing it: reading every installed
+    distribution's metadata takes a second, once, not once per module."""
+    return dict(importlib.metadata.packages_distributions())
+
+
 def _distribution_of(module: str) -> str:
     """The distribution that installs `module`: from the installed metadata, else its own name."""
-    installed = importlib.metadata.packages_distributions().get(module)
+    installed = _installed().get(module)
     return _normalized(installed[0] if installed else module)
 
 
