@@ -23,8 +23,9 @@ def test_a_refused_candidate_is_named_with_its_verdict_and_where_to_read_more(tm
     assert terminal.status == 1
     first = next(n for n, line in enumerate(said) if "suggestion of the repair bot, none applied" in line)
     assert said[first] == "DaiFu: tried 1 suggestion of the repair bot, none applied:", said
-    assert said[first + 1].startswith("DaiFu:   1. skip_iteration: trial: iteration finished in "), said
-    assert "refused: it passes over work in 2 iterations, where 1 is (the crashed one) allowed" in said[first + 1]
+    assert said[first + 1].startswith("DaiFu:   1. skip_iteration: refused: it passes over work in 2 iterations, "
+                                      "where 1 is (the crashed one) allowed"), said
+    assert "; trial: iteration finished in " in said[first + 1]
     workspace = tmp_path / "ws"
     assert said[first + 2] == (f"DaiFu: the rest (each check, each whole trial): daifu report --record {workspace} 1, "
                                f"or {workspace / 'repairbot_suggestions.jsonl'}"), said

@@ -149,8 +149,10 @@ class Verdict:
             return ""
         return summary(self.iterations, self.ended, self.steps_before, self.losses_before)
 
-    def describe(self) -> str:
-        """One line for a person: `trial: iteration finished in 84 ms, loss 2.31, state kept`."""
+    def describe(self, conclusion_first: bool = False) -> str:
+        """One line for a person: `trial: iteration finished in 84 ms, loss 2.31, state kept`; with
+        `conclusion_first`, why the horizon refused the repair comes before what the trial saw (a line
+        a terminal cuts keeps it)."""
         took = f"{self.seconds * 1000:.0f} ms"
         if self.outcome is Outcome.COMPLETED:
             if self.detail == RETURNED:
@@ -190,6 +192,8 @@ class Verdict:
         if seen:
             text += f"; {seen}"
         refused = self.refused if self.healthy and not self.discarded else ()
+        if refused and conclusion_first:
+            return f"refused: {'; '.join(refused)}; {text}"
         if refused:
             text += f"; refused: {'; '.join(refused)}"
         return text

@@ -50,7 +50,7 @@ def fate(candidate: Candidate) -> str | None:
     if c.verdict is None:
         unsafe = c.unsafe
         return f"needs a person: {unsafe[0]}" if unsafe else "not tried: the limit of trials was reached"
-    said = c.verdict.describe()
+    said = c.verdict.describe(conclusion_first=True)
     if c.verdict.passed and not c.trial_problems:  # passed, but a later one gave up less (`first_passing`)
         return f"passed, but gave up more than the one applied: {said}"
     return f"{said}; needs a person: {c.trial_problems[0]}" if c.trial_problems else said
