@@ -112,5 +112,5 @@ def test_unknown_backend_is_400(client: httpx.Client, body: dict) -> None:
 
 
 def test_openapi_docs_are_served(url: str) -> None:
-    assert httpx.get(f"{url}/docs").status_code == 200
-    assert "/v1/suggest" in httpx.get(f"{url}/openapi.json").json()["paths"]
+    assert httpx.get(f"{url}/docs", timeout=60).status_code == 200
+    assert "/v1/suggest" in httpx.get(f"{url}/openapi.json", timeout=60).json()["paths"]
