@@ -167,3 +167,55 @@ def test_a_fix_inserted_above_the_crash_runs_once_and_is_applied(bot, tmp_path: 
     plain_loss, plain_model, _ = run(namespace["fit_plain"], "plain", None, tmp_path)
     assert loss == plain_loss
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), plain_model.parameters(), strict=True))
+
+
+
+def fit_weighted(model, optimizer, data, seen):
+    for x, rows in data:
+        per_sample = F.cross_entropy(model(x), torch.tensor(rows), reduction="none")
+        loss = per_sample * 2.0
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def test_resetting_the_gradients_again_changes_nothing_and_the_fix_above_is_applied(automatic, tmp_path: Path) -> None:
+    """`backward()` on a vector; the embedded bot's fix reduces it where it is computed, above
+    `optimizer.zero_grad()`, which runs again: it sets every gradient to None whatever it finds, so
+    two runs leave what one leaves. Applied unattended, and the run ends as the fixed program does."""
+    model, seen = model_of("plain"), [0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = daifu.transform(fresh(fit_weighted))(model, optimizer, data(), seen)
+    assert [r["decision"] for r in automatic()] == ["Surgery"]
+    namespace: dict[str, Any] = {}
+    source = inspect.getsource(fit_weighted).replace("loss = per_sample * 2.0", "loss = (per_sample * 2.0).mean()")
+    exec(source, fit_weighted.__globals__, namespace)
+    plain_loss, plain_model, _ = run(namespace["fit_weighted"], "plain", None, tmp_path)
+    assert loss == plain_loss
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), plain_model.parameters(), strict=True))
+
+
+def test_only_torch_own_zero_grad_is_a_reset() -> None:
+    """The reset is known by identity: a subclass's own `zero_grad` (here it counts its calls) is judged as any
+    call DaiFu cannot read."""
+    import ast
+
+    from daifu.decide.rerun_effects import rerun_effects
+    from daifu.decide.reruns import Rerun
+
+    class Counting(torch.optim.SGD):
+        calls = 0
+
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            self.calls += 1
+            super().zero_grad(set_to_none)
+
+    parameters = list(nn.Linear(2, 1).parameters())
+    statement = ast.parse("optimizer.zero_grad()\nmodel.zero_grad()").body
+    found = [Rerun(1, "optimizer.zero_grad()", statement[0]), Rerun(2, "model.zero_grad()", statement[1])]
+    plain = {"optimizer": torch.optim.SGD(parameters, lr=0.1), "model": nn.Linear(2, 1)}
+    assert rerun_effects(found, plain, {}) == []
+    counting = {"optimizer": Counting(parameters, lr=0.1), "model": nn.Linear(2, 1)}
+    assert rerun_effects(found, counting, {}) == [
+        "line 1 calls `optimizer.zero_grad`, which DaiFu cannot tell only computes"]

@@ -15,6 +15,8 @@ each computes the same values from the same inputs and touches nothing else, and
 What is known to compute only is an allowlist: the numeric libraries' pure functions
 (`daifu.decide.allowlist_numeric`) less the random ones, the computing methods of tensors and arrays
 less in-place and random ones, a few builtins, the context managers of autograd's mode (`torch.no_grad`),
+the resets that set what they change whatever they find (`optimizer.zero_grad()`: run again where it ran,
+it leaves what its first run left, and a backward that failed half way leaves no partial gradients),
 and calling a model that is in evaluation mode or holds
 no module of those kinds (its `forward` is the program's code, judged by what it is built of: the
 cautious reading of every custom forward would refuse nearly every repair above a model call).
@@ -35,7 +37,7 @@ from typing import Any
 
 from daifu.core.names import bound_names
 from daifu.decide.allowlist_numeric import pure_objects, tensor_methods
-from daifu.decide.allowlist_tables import CONTEXT_MANAGERS
+from daifu.decide.allowlist_tables import CONTEXT_MANAGERS, RESETS
 from daifu.decide.reruns import Rerun
 
 PURE_BUILTINS = frozenset(
@@ -59,7 +61,7 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
     the crashed frame's `names` and its function's `module` globals."""
     problems: list[str] = []
     before: set[str] = set()
-    known = _Known(pure_objects(), tensor_methods(), _grad_modes())
+    known = _Known(pure_objects(), tensor_methods(), _grad_modes() | _resets())
     writes = [bound_names(r.node, imports=False) if r.node is not None else set() for r in found]
     for index, rerun in enumerate(found):
         if rerun.node is None:
@@ -108,7 +110,7 @@ def _walk(root: ast.AST) -> Iterator[ast.AST]:
 class _Known:
     """What is known to compute only, read once for a judgement: the numeric libraries' pure functions (by
     identity), the computing methods of tensors and arrays (by name), and the grad-mode context managers
-    (by identity)."""
+    and the resets (by identity)."""
 
     pure: dict[int, str]
     methods: frozenset[str]
@@ -170,6 +172,20 @@ def _grad_modes() -> frozenset[int]:
     names = vars(torch)
     found = [path.split(".", 1)[1] for path in CONTEXT_MANAGERS] + list(_CONSTRUCTORS)
     return frozenset(id(names[name]) for name in found if name in names)
+
+
+def _resets() -> frozenset[int]:
+    """The functions of `RESETS` (`torch.optim.Optimizer.zero_grad`), by identity; none without torch."""
+    if sys.modules.get("torch") is None:
+        return frozenset()
+    found = []
+    for path in RESETS:
+        value: Any = sys.modules.get(path.split(".", 1)[0])
+        for part in path.split(".")[1:]:
+            value = getattr(value, part, None)
+        if value is not None:
+            found.append(id(value))
+    return frozenset(found)
 
 
 def _resolve(node: ast.expr, names: Mapping[str, Any], module: Mapping[str, Any]) -> Any:
