@@ -6,7 +6,9 @@ an attribute of an object held by a local), with the identity of the parameter t
 holds. At the end of the trial, `examine` says:
 
 - which of them were discarded: the name now holds another object (a re-created model or
-  optimizer), or the object holds other parameter tensors (a re-created layer);
+  optimizer), or the object no longer holds one of its parameter tensors (a re-created layer);
+  tensors held beside them are the program's own growth (a layer inserted, `add_param_group`),
+  not discarded state;
 - where non-finite values appeared in the trained state (the parameters and gradients of each
   module, the state of each optimizer) that was finite before: the run is spoilt;
 - which locals hold non-finite floating tensors (often the bad batch itself, passed over: a fact,
@@ -88,7 +90,7 @@ def examine(before: Inventory, namespace: Mapping[str, Any] | None) -> Health:
     for held in before.held:
         if namespace is not None and held.where in now and now[held.where] is not held.obj:
             health.discarded.append(f"`{held.where}` re-created (a new {held.kind})")
-        elif _parameter_ids(held.obj, held.kind) != held.parameters:
+        elif not set(held.parameters) <= set(_parameter_ids(held.obj, held.kind)):
             health.discarded.append(f"the parameters of `{held.where}` replaced (new tensors)")
         if held.finite:
             health.spoilt += _nonfinite_state(torch, held)
