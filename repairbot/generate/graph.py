@@ -3,8 +3,11 @@
 - "Trying to backward through the graph a second time": a value the loop carries from one iteration
   to the next (a recurrent state, a running average) still holds the previous iteration's graph. Each
   carried value that requires grad is detached where the iteration first reads it
-  (`hidden = tuple(t.detach() for t in hidden)`); the run resumes there, so the forward pass is built
-  again without the old graph.
+  (`hidden = tuple(t.detach() for t in hidden)`), and, failing that, where the iteration starts: the
+  failed backward may have freed this iteration's graph too on its way, so the forward pass must be
+  built again from before every statement whose graph it went through. The run resumes at the new
+  statement; the re-run rule judges what runs again, and the trial refuses a detach that stops
+  training a part of the model (`daifu.core.trained`).
 - "modified by an inplace operation": a tensor autograd saved for the backward pass (an activation's
   output, a product's factor) was changed in place afterwards (`h += noise`, `scores.mul_(2)`,
   `h[mask] = 0`). For each tensor such a statement of the interrupted iteration changes, before the
@@ -94,10 +97,15 @@ def _carried(view: View) -> Iterator[GeneratedRepair | None]:
         first = view.first_read(name)
         if first is None:
             continue
+        said = f"`{name}` is carried from one iteration to the next with the previous iteration's autograd graph; "
         yield make.changed(view, edits.insert_before(view, first, line),
-                           f"`{name}` is carried from one iteration to the next with the previous iteration's "
-                           "autograd graph; detach it where the iteration starts using it, so backward stays "
-                           "within this iteration.", FAMILY, 2)
+                           said + "detach it where the iteration starts using it, so backward stays within this "
+                           "iteration.", FAMILY, 2)
+        top = view.loops()[0].body[0]
+        if top is not first:
+            yield make.changed(view, edits.insert_before(view, top, line),
+                               said + "detach it where the iteration starts, and make its forward pass again (the "
+                               "failed backward freed what it went through).", FAMILY, 1)
 
 
 def _copied_where_made(view: View) -> Iterator[GeneratedRepair | None]:
