@@ -5,7 +5,9 @@ statements from there down to the crash run again, with the values they find. Th
 each computes the same values from the same inputs and touches nothing else, and harmful when it
 
 - reads a name whose value it, or a statement after it up to the crash, has changed since it first ran
-  (`total += loss` adds the loss twice, `step += 1` counts the step twice); a statement the surgery
+  (`total += loss` adds the loss twice, `step += 1` counts the step twice) — read before it binds the
+  name itself: an `if` run again from its header that computes `p` and then reads it makes `p` afresh;
+  a statement the surgery
   inserted never ran, so it changed nothing yet, and runs once: only what it reads is judged;
 - writes into an object (an attribute, an item, an in-place method: `history.append(v)`, `w.add_(g)`);
 - calls what is not known to compute only: a random draw (the run's random stream moves on), I/O, the
@@ -35,6 +37,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from daifu.core.blocks import COMPOUND
 from daifu.core.names import bound_names
 from daifu.decide.allowlist_numeric import pure_objects, tensor_methods
 from daifu.decide.allowlist_tables import CONTEXT_MANAGERS, RESETS
@@ -69,8 +72,8 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
             continue
         roots = [rerun.node] if rerun.whole else _header(rerun.node)
         later = set().union(*(written for written, r in zip(writes[index:], found[index:]) if not r.new))
-        stale = sorted({n.id for root in roots for n in _walk(root) if isinstance(n, ast.Name)
-                        and isinstance(n.ctx, ast.Load)} & later - before)
+        read = _exposed([rerun.node], set())[0] if rerun.whole else set().union(*map(_reads, roots))
+        stale = sorted(read & later - before)
         if stale:
             problems.append(f"line {rerun.lineno} reads {', '.join(f'`{n}`' for n in stale)}, which the repeated "
                             "statements already changed")
@@ -82,6 +85,40 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
                          if index > 0 or not why.endswith(_DRAWS)]
         before |= writes[index]
     return list(dict.fromkeys(problems))
+
+
+def _reads(root: ast.AST) -> set[str]:
+    """The names `root` reads: loaded, or the target of an augmented assignment (`count += 1` reads `count`)."""
+    return {n.id for n in _walk(root) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} | {
+        n.target.id for n in _walk(root) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+
+
+def _exposed(statements: list[ast.stmt], bound: set[str]) -> tuple[set[str], set[str]]:
+    """The names `statements` read before they bind them themselves, in the order they run, and the names
+    bound for certain after them (`bound`: those bound before). An `if` binds what each of its branches
+    binds, a `with` what its body binds; any other compound statement is read whole (a loop's body reads
+    what its previous pass bound, a handler runs after any statement of its `try`) and binds nothing for
+    certain."""
+    exposed: set[str] = set()
+    for node in statements:
+        if isinstance(node, ast.If):
+            exposed |= _reads(node.test) - bound
+            in_body, after_body = _exposed(node.body, bound)
+            in_else, after_else = _exposed(node.orelse, bound)
+            exposed |= in_body | in_else
+            bound = bound | (after_body & after_else)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            exposed |= set().union(*(_reads(item.context_expr) for item in node.items)) - bound
+            bound = bound | set().union(*(bound_names(item.optional_vars, imports=False) for item in node.items
+                                          if item.optional_vars is not None))
+            in_body, bound = _exposed(node.body, bound)
+            exposed |= in_body
+        elif isinstance(node, (*COMPOUND, ast.AsyncFor)):
+            exposed |= _reads(node) - bound
+        else:
+            exposed |= _reads(node) - bound
+            bound = bound | bound_names(node, imports=False)
+    return exposed, bound
 
 
 def _header(node: ast.stmt) -> list[ast.AST]:
