@@ -167,3 +167,112 @@ def test_a_fix_inserted_above_the_crash_runs_once_and_is_applied(bot, tmp_path: 
     plain_loss, plain_model, _ = run(namespace["fit_plain"], "plain", None, tmp_path)
     assert loss == plain_loss
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), plain_model.parameters(), strict=True))
+
+
+
+def fit_weighted(model, optimizer, data, seen):
+    for x, rows in data:
+        per_sample = F.cross_entropy(model(x), torch.tensor(rows), reduction="none")
+        loss = per_sample * 2.0
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def test_resetting_the_gradients_again_changes_nothing_and_the_fix_above_is_applied(automatic, tmp_path: Path) -> None:
+    """`backward()` on a vector; the embedded bot's fix reduces it where it is computed, above
+    `optimizer.zero_grad()`, which runs again: it sets every gradient to None whatever it finds, so
+    two runs leave what one leaves. Applied unattended, and the run ends as the fixed program does."""
+    model, seen = model_of("plain"), [0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = daifu.transform(fresh(fit_weighted))(model, optimizer, data(), seen)
+    assert [r["decision"] for r in automatic()] == ["Surgery"]
+    namespace: dict[str, Any] = {}
+    source = inspect.getsource(fit_weighted).replace("loss = per_sample * 2.0", "loss = (per_sample * 2.0).mean()")
+    exec(source, fit_weighted.__globals__, namespace)
+    plain_loss, plain_model, _ = run(namespace["fit_weighted"], "plain", None, tmp_path)
+    assert loss == plain_loss
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), plain_model.parameters(), strict=True))
+
+
+def test_only_torch_own_zero_grad_is_a_reset() -> None:
+    """The reset is known by identity: a subclass's own `zero_grad` (here it counts its calls) is judged as any
+    call DaiFu cannot read."""
+    import ast
+
+    from daifu.decide.rerun_effects import rerun_effects
+    from daifu.decide.reruns import Rerun
+
+    class Counting(torch.optim.SGD):
+        calls = 0
+
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            self.calls += 1
+            super().zero_grad(set_to_none)
+
+    parameters = list(nn.Linear(2, 1).parameters())
+    statement = ast.parse("optimizer.zero_grad()\nmodel.zero_grad()").body
+    found = [Rerun(1, "optimizer.zero_grad()", statement[0]), Rerun(2, "model.zero_grad()", statement[1])]
+    plain = {"optimizer": torch.optim.SGD(parameters, lr=0.1), "model": nn.Linear(2, 1)}
+    assert rerun_effects(found, plain, {}) == []
+    counting = {"optimizer": Counting(parameters, lr=0.1), "model": nn.Linear(2, 1)}
+    assert rerun_effects(found, counting, {}) == [
+        "line 1 calls `optimizer.zero_grad`, which DaiFu cannot tell only computes"]
+
+
+def _judged(source: str, names: dict[str, Any]) -> list[str]:
+    import ast
+
+    from daifu.decide.rerun_effects import rerun_effects
+    from daifu.decide.reruns import Rerun
+
+    return rerun_effects([Rerun(s.lineno, "", s) for s in ast.parse(source).body], names, {})
+
+
+def test_a_name_counted_up_again_is_a_second_count() -> None:
+    """`count += 1` reads the count it changed: run again, it counts twice (not only `seen[0] += 1`)."""
+    assert _judged("y = x * 2\ncount += 1\n", {"x": 1, "count": 0}) == [
+        "line 2 reads `count`, which the repeated statements already changed"]
+
+
+def test_names_a_branch_binds_before_it_reads_them_are_made_afresh() -> None:
+    """An `if` run again from its header binds `p` and `w` before reading them, in each branch that reads
+    them: nothing stale; a name read in a branch before it is bound is."""
+    branches = "if a:\n    p = x * 2\n    w = p + 1\n    loss = w\nelse:\n    loss = x\n"
+    assert _judged(branches, {"x": 1, "a": True}) == []
+    assert _judged("if a:\n    w = p + 1\n    p = x * 2\n", {"x": 1, "a": True, "p": 0}) == [
+        "line 1 reads `p`, which the repeated statements already changed"]
+
+
+def fit_balanced(model, optimizer, data, seen):
+    for step, (x, rows) in enumerate(data):
+        labels = torch.tensor(rows)
+        scores = model(x)
+        if step % 3 == 1:
+            per_sample = F.cross_entropy(scores, labels, reduction="none")
+            balance = (1.0 / torch.bincount(labels, minlength=2).float().clamp(min=1))[labels]
+            loss = balance * per_sample
+        else:
+            loss = F.cross_entropy(scores, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def test_a_branch_run_again_that_computes_its_own_values_is_applied(automatic, tmp_path: Path) -> None:
+    """`backward()` on the weighted vector of one branch; the embedded bot reduces it with `.mean()` in each
+    branch, and the run resumes at the `if`: its branch binds `per_sample` and `balance` before reading
+    them, so running it again only computes. Applied, and the run ends as the fixed program does."""
+    model, seen = model_of("plain"), [0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = daifu.transform(fresh(fit_balanced))(model, optimizer, data() * 2, seen)
+    assert [r["decision"] for r in automatic()] == ["Surgery"]
+    namespace: dict[str, Any] = {}
+    source = inspect.getsource(fit_balanced).replace("loss = balance * per_sample", "loss = (balance * per_sample).mean()")
+    exec(source, fit_balanced.__globals__, namespace)
+    plain_model = model_of("plain")
+    plain_loss = namespace["fit_balanced"](plain_model, torch.optim.SGD(plain_model.parameters(), lr=0.1), data() * 2, [0])
+    assert loss == pytest.approx(plain_loss, rel=1e-6)
+    assert all(torch.allclose(p, q, atol=1e-7) for p, q in zip(model.parameters(), plain_model.parameters(), strict=True))

@@ -6,13 +6,17 @@ an attribute of an object held by a local), with the identity of the parameter t
 holds. At the end of the trial, `examine` says:
 
 - which of them were discarded: the name now holds another object (a re-created model or
-  optimizer), or the object holds other parameter tensors (a re-created layer);
+  optimizer), or the object no longer holds one of its parameter tensors (a re-created layer);
+  tensors held beside them are the program's own growth (a layer inserted, `add_param_group`),
+  not discarded state;
 - where non-finite values appeared in the trained state (the parameters and gradients of each
   module, the state of each optimizer) that was finite before: the run is spoilt;
 - which locals hold non-finite floating tensors (often the bad batch itself, passed over: a fact,
   not a failure);
 - the loss before (the last value computed before the crash) and after, for scalar locals whose
-  name says "loss".
+  name says "loss";
+- which parameters the crashed loss trains were left out of training while others of them were
+  stepped (`daifu.core.trained`).
 
 PyTorch is looked at only when the program imported it.
 """
@@ -24,6 +28,8 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from daifu.core import trained
 
 _LOOK_INSIDE = 64
 """Items of a container, or attributes of an object, looked at for modules and optimizers."""
@@ -47,6 +53,7 @@ class Inventory:
 
     held: list[Held] = field(default_factory=list)
     losses: dict[str, float] = field(default_factory=dict)
+    trained: list[trained.Trained] = field(default_factory=list)
 
 
 @dataclass
@@ -58,6 +65,7 @@ class Health:
     nonfinite: list[str] = field(default_factory=list)
     losses_before: dict[str, float] = field(default_factory=dict)
     losses_after: dict[str, float] = field(default_factory=dict)
+    untrained: list[str] = field(default_factory=list)
 
 
 def inventory(namespace: Mapping[str, Any]) -> Inventory:
@@ -75,6 +83,7 @@ def inventory(namespace: Mapping[str, Any]) -> Inventory:
             held.finite = not _nonfinite_state(torch, held)
             found.held.append(held)
     found.losses = _losses(torch, namespace)
+    found.trained = trained.noted(namespace, _optimized(found.held))
     return found
 
 
@@ -88,7 +97,7 @@ def examine(before: Inventory, namespace: Mapping[str, Any] | None) -> Health:
     for held in before.held:
         if namespace is not None and held.where in now and now[held.where] is not held.obj:
             health.discarded.append(f"`{held.where}` re-created (a new {held.kind})")
-        elif _parameter_ids(held.obj, held.kind) != held.parameters:
+        elif not set(held.parameters) <= set(_parameter_ids(held.obj, held.kind)):
             health.discarded.append(f"the parameters of `{held.where}` replaced (new tensors)")
         if held.finite:
             health.spoilt += _nonfinite_state(torch, held)
@@ -97,6 +106,7 @@ def examine(before: Inventory, namespace: Mapping[str, Any] | None) -> Health:
             health.nonfinite.append(f"`{where}`")
     if namespace is not None:
         health.losses_after = _losses(torch, namespace)
+    health.untrained = trained.left_out(before.trained)
     for name, value in health.losses_after.items():
         if not math.isfinite(value) and math.isfinite(health.losses_before.get(name, math.nan)):
             health.spoilt.append(f"`{name}` became {value}")
@@ -131,6 +141,15 @@ def _kind(torch: Any, value: Any) -> str | None:
     if isinstance(value, torch.optim.Optimizer):
         return "optimizer"
     return None
+
+
+def _optimized(held: list[Held]) -> dict[int, str]:
+    """The parameters the held optimizers step (id -> where: a module's parameter by its name, else the
+    optimizer's group and index)."""
+    names = {id(p): f"{h.where}.{name}" for h in held if h.kind == "module" for name, p in h.obj.named_parameters()}
+    return {id(p): names.get(id(p), f"{h.where}.param_groups[{g}][{i}]")
+            for h in held if h.kind == "optimizer"
+            for g, group in enumerate(h.obj.param_groups) for i, p in enumerate(group["params"])}
 
 
 def _parameter_ids(obj: Any, kind: str) -> tuple[int, ...]:

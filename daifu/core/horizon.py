@@ -12,6 +12,9 @@ from a batch), the optimizer steps taken (`daifu.core.steps`), the losses and th
 `judge` says why those facts fail the repair. A repair passes only if, in the iterations the copy saw:
 
 - nothing of the trained state became non-finite or was thrown away;
+- the parameters the crashed iteration's loss trains are still trained: by the last iteration the
+  copy saw past the crashed one, none that an optimizer holds was left unchanged while steps changed
+  others of them (`daifu.core.trained`: a detached branch stops learning, silently);
 - it passes over work in at most `pass_over_budget` iterations (by default 1: the crashed one). An
   iteration in which the repair's code ran and that took fewer optimizer steps than the program's
   own iterations passed over work too: the plan is the fewest steps the iterations past the crash in
@@ -57,7 +60,8 @@ class IterationFacts:
         over (`` `continue` at line 9``, `the rest of the iteration`, `12 rows of \\`y\\``).
     rows_dropped: samples the repair's code left out of a batch. steps: optimizer steps taken (`None`:
         not counted). losses: the scalar losses at its end. spoilt, discarded: the trained state that
-        became non-finite, or was thrown away, by its end.
+        became non-finite, or was thrown away, by its end. untrained: the parameters the crashed loss
+        trains that no step changed by its end, while steps changed others of them.
     """
 
     index: int
@@ -71,6 +75,7 @@ class IterationFacts:
     losses: Mapping[str, float] = field(default_factory=dict)
     spoilt: tuple[str, ...] = ()
     discarded: tuple[str, ...] = ()
+    untrained: tuple[str, ...] = ()
 
     def to_data(self) -> dict[str, Any]:
         data = asdict(self)
@@ -80,7 +85,7 @@ class IterationFacts:
     @staticmethod
     def from_data(data: Mapping[str, Any]) -> IterationFacts:
         known = {name: data[name] for name in IterationFacts.__dataclass_fields__ if name in data}
-        for name in ("what", "spoilt", "discarded"):
+        for name in ("what", "spoilt", "discarded", "untrained"):
             known[name] = tuple(known.get(name, ()))
         known["losses"] = {str(k): float(v) for k, v in dict(known.get("losses", {})).items()}
         return IterationFacts(**known)
@@ -123,6 +128,10 @@ def judge(iterations: Sequence[IterationFacts], budget: int, losses_before: Mapp
         if it.discarded:
             reasons.append(f"it discards trained state in {_name(it)}: {'; '.join(it.discarded[:2])}")
             break
+    seen = past(iterations)
+    if seen and seen[-1].untrained:
+        reasons.append(f"it stops training what the crashed loss trains: by {_name(seen[-1])} no step changed "
+                       f"{', '.join(seen[-1].untrained[:4])}")
     plan = planned_steps(iterations)
     over = passing_over(iterations)
     if len(over) > budget:

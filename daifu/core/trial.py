@@ -580,7 +580,7 @@ def _close(frame: FrameType | None, complete: bool) -> None:
     looking.seen.append(IterationFacts(
         it.index, complete, time.perf_counter() - it.started, it.fired, it.passed_over, tuple(it.what), it.rows,
         None if taken is None or it.steps is None else taken - it.steps, dict(found.losses_after),
-        tuple(found.spoilt), tuple(found.discarded),
+        tuple(found.spoilt), tuple(found.discarded), tuple(found.untrained),
     ))
     looking.last = it.index
 

@@ -119,6 +119,11 @@ CONTEXT_MANAGERS = frozenset(
     {"torch.no_grad", "torch.enable_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.autocast"}
 )
 
+RESETS = ("torch.optim.Optimizer.zero_grad", "torch.nn.Module.zero_grad")
+"""Methods that set what they change to one value whatever they find there (every gradient to None or zero):
+run again where they ran, they leave what their first run left (`daifu.decide.rerun_effects`). Only these
+functions themselves, by identity: a subclass's own `zero_grad` may do anything."""
+
 METHODS = frozenset(
     (
         "eval train zero_grad parameters named_parameters buffers named_buffers modules named_modules children "

@@ -5,7 +5,9 @@ statements from there down to the crash run again, with the values they find. Th
 each computes the same values from the same inputs and touches nothing else, and harmful when it
 
 - reads a name whose value it, or a statement after it up to the crash, has changed since it first ran
-  (`total += loss` adds the loss twice, `step += 1` counts the step twice); a statement the surgery
+  (`total += loss` adds the loss twice, `step += 1` counts the step twice) — read before it binds the
+  name itself: an `if` run again from its header that computes `p` and then reads it makes `p` afresh;
+  a statement the surgery
   inserted never ran, so it changed nothing yet, and runs once: only what it reads is judged;
 - writes into an object (an attribute, an item, an in-place method: `history.append(v)`, `w.add_(g)`);
 - calls what is not known to compute only: a random draw (the run's random stream moves on), I/O, the
@@ -15,6 +17,8 @@ each computes the same values from the same inputs and touches nothing else, and
 What is known to compute only is an allowlist: the numeric libraries' pure functions
 (`daifu.decide.allowlist_numeric`) less the random ones, the computing methods of tensors and arrays
 less in-place and random ones, a few builtins, the context managers of autograd's mode (`torch.no_grad`),
+the resets that set what they change whatever they find (`optimizer.zero_grad()`: run again where it ran,
+it leaves what its first run left, and a backward that failed half way leaves no partial gradients),
 and calling a model that is in evaluation mode or holds
 no module of those kinds (its `forward` is the program's code, judged by what it is built of: the
 cautious reading of every custom forward would refuse nearly every repair above a model call).
@@ -33,9 +37,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from daifu.core.blocks import COMPOUND
 from daifu.core.names import bound_names
 from daifu.decide.allowlist_numeric import pure_objects, tensor_methods
-from daifu.decide.allowlist_tables import CONTEXT_MANAGERS
+from daifu.decide.allowlist_tables import CONTEXT_MANAGERS, RESETS
 from daifu.decide.reruns import Rerun
 
 PURE_BUILTINS = frozenset(
@@ -59,7 +64,7 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
     the crashed frame's `names` and its function's `module` globals."""
     problems: list[str] = []
     before: set[str] = set()
-    known = _Known(pure_objects(), tensor_methods(), _grad_modes())
+    known = _Known(pure_objects(), tensor_methods(), _grad_modes() | _resets())
     writes = [bound_names(r.node, imports=False) if r.node is not None else set() for r in found]
     for index, rerun in enumerate(found):
         if rerun.node is None:
@@ -67,8 +72,8 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
             continue
         roots = [rerun.node] if rerun.whole else _header(rerun.node)
         later = set().union(*(written for written, r in zip(writes[index:], found[index:]) if not r.new))
-        stale = sorted({n.id for root in roots for n in _walk(root) if isinstance(n, ast.Name)
-                        and isinstance(n.ctx, ast.Load)} & later - before)
+        read = _exposed([rerun.node], set())[0] if rerun.whole else set().union(*map(_reads, roots))
+        stale = sorted(read & later - before)
         if stale:
             problems.append(f"line {rerun.lineno} reads {', '.join(f'`{n}`' for n in stale)}, which the repeated "
                             "statements already changed")
@@ -80,6 +85,40 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
                          if index > 0 or not why.endswith(_DRAWS)]
         before |= writes[index]
     return list(dict.fromkeys(problems))
+
+
+def _reads(root: ast.AST) -> set[str]:
+    """The names `root` reads: loaded, or the target of an augmented assignment (`count += 1` reads `count`)."""
+    return {n.id for n in _walk(root) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} | {
+        n.target.id for n in _walk(root) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+
+
+def _exposed(statements: list[ast.stmt], bound: set[str]) -> tuple[set[str], set[str]]:
+    """The names `statements` read before they bind them themselves, in the order they run, and the names
+    bound for certain after them (`bound`: those bound before). An `if` binds what each of its branches
+    binds, a `with` what its body binds; any other compound statement is read whole (a loop's body reads
+    what its previous pass bound, a handler runs after any statement of its `try`) and binds nothing for
+    certain."""
+    exposed: set[str] = set()
+    for node in statements:
+        if isinstance(node, ast.If):
+            exposed |= _reads(node.test) - bound
+            in_body, after_body = _exposed(node.body, bound)
+            in_else, after_else = _exposed(node.orelse, bound)
+            exposed |= in_body | in_else
+            bound = bound | (after_body & after_else)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            exposed |= set().union(*(_reads(item.context_expr) for item in node.items)) - bound
+            bound = bound | set().union(*(bound_names(item.optional_vars, imports=False) for item in node.items
+                                          if item.optional_vars is not None))
+            in_body, bound = _exposed(node.body, bound)
+            exposed |= in_body
+        elif isinstance(node, (*COMPOUND, ast.AsyncFor)):
+            exposed |= _reads(node) - bound
+        else:
+            exposed |= _reads(node) - bound
+            bound = bound | bound_names(node, imports=False)
+    return exposed, bound
 
 
 def _header(node: ast.stmt) -> list[ast.AST]:
@@ -108,7 +147,7 @@ def _walk(root: ast.AST) -> Iterator[ast.AST]:
 class _Known:
     """What is known to compute only, read once for a judgement: the numeric libraries' pure functions (by
     identity), the computing methods of tensors and arrays (by name), and the grad-mode context managers
-    (by identity)."""
+    and the resets (by identity)."""
 
     pure: dict[int, str]
     methods: frozenset[str]
@@ -170,6 +209,20 @@ def _grad_modes() -> frozenset[int]:
     names = vars(torch)
     found = [path.split(".", 1)[1] for path in CONTEXT_MANAGERS] + list(_CONSTRUCTORS)
     return frozenset(id(names[name]) for name in found if name in names)
+
+
+def _resets() -> frozenset[int]:
+    """The functions of `RESETS` (`torch.optim.Optimizer.zero_grad`), by identity; none without torch."""
+    if sys.modules.get("torch") is None:
+        return frozenset()
+    found = []
+    for path in RESETS:
+        value: Any = sys.modules.get(path.split(".", 1)[0])
+        for part in path.split(".")[1:]:
+            value = getattr(value, part, None)
+        if value is not None:
+            found.append(id(value))
+    return frozenset(found)
 
 
 def _resolve(node: ast.expr, names: Mapping[str, Any], module: Mapping[str, Any]) -> Any:

@@ -24,7 +24,8 @@ One module per family of edits, each with `propose(view)`:
   place (`shift_logits` where the statement reads `logits`);
 - `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
   dicts indexed by a key;
-- `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy;
+- `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy, a
+  tensor autograd saved and then changed in place copied (`.clone()`) where it is made;
 - `leaves`: an in-place change of a leaf that requires grad (`w.clamp_`, `w -= lr * w.grad`) made in
   `torch.no_grad()` (or on `.data`);
 - `logs`: a NaN or Inf made by `log` of a tensor holding zeros (an entropy of a sharpened softmax): the

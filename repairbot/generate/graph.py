@@ -3,8 +3,18 @@
 - "Trying to backward through the graph a second time": a value the loop carries from one iteration
   to the next (a recurrent state, a running average) still holds the previous iteration's graph. Each
   carried value that requires grad is detached where the iteration first reads it
-  (`hidden = tuple(t.detach() for t in hidden)`); the run resumes there, so the forward pass is built
-  again without the old graph.
+  (`hidden = tuple(t.detach() for t in hidden)`), and, failing that, where the iteration starts: the
+  failed backward may have freed this iteration's graph too on its way, so the forward pass must be
+  built again from before every statement whose graph it went through. The run resumes at the new
+  statement; the re-run rule judges what runs again, and the trial refuses a detach that stops
+  training a part of the model (`daifu.core.trained`).
+- "modified by an inplace operation": a tensor autograd saved for the backward pass (an activation's
+  output, a product's factor) was changed in place afterwards (`h += noise`, `scores.mul_(2)`,
+  `h[mask] = 0`). For each tensor such a statement of the interrupted iteration changes, before the
+  faulty one, the value is made a copy where it is made (`h = model.encoder(x).clone()`): the change
+  then goes to the copy, the saved tensor stays as autograd left it, and the gradient is the same
+  (a copy's gradient is the identity). The run resumes at that statement, so the forward pass from
+  there is made again; the re-run rule judges what that runs a second time.
 - "Can't call numpy() on Tensor that requires grad" / "can't convert cuda:0 device type tensor to
   numpy": `.detach()` (and `.cpu()`) before the conversion, on each tensor of the statement that needs it;
   and, as an action, the tensor rebound detached before the statement runs again, when nothing after the
@@ -22,7 +32,7 @@ import ast
 import math
 from collections.abc import Iterator
 
-from repairbot.generate import edits, infer, make
+from repairbot.generate import edits, infer, make, trace
 from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 from repairbot.names import bound_names
@@ -32,6 +42,7 @@ _SECOND_BACKWARD = r"backward through the graph a second time|saved tensors afte
 _NUMPY_GRAD = r"numpy\(\) on Tensor that requires grad|Use tensor\.detach\(\)\.numpy\(\)"
 _NUMPY_DEVICE = r"can't convert (cuda|mps|xpu)\S* device type tensor to numpy"
 _NOT_SCALAR = r"grad can be implicitly created only for scalar outputs"
+_CHANGED_SAVED = r"modified by an inplace operation"
 
 
 def propose(view: View) -> Iterator[GeneratedRepair | None]:
@@ -39,6 +50,8 @@ def propose(view: View) -> Iterator[GeneratedRepair | None]:
         return
     if view.says(_SECOND_BACKWARD):
         yield from _carried(view)
+    if view.says(_CHANGED_SAVED):
+        yield from _copied_where_made(view)
     device = view.says(_NUMPY_DEVICE)
     if view.says(_NUMPY_GRAD) or device:
         yield from _to_numpy(view, ".detach().cpu()" if device else ".detach()")
@@ -84,10 +97,50 @@ def _carried(view: View) -> Iterator[GeneratedRepair | None]:
         first = view.first_read(name)
         if first is None:
             continue
+        said = f"`{name}` is carried from one iteration to the next with the previous iteration's autograd graph; "
         yield make.changed(view, edits.insert_before(view, first, line),
-                           f"`{name}` is carried from one iteration to the next with the previous iteration's "
-                           "autograd graph; detach it where the iteration starts using it, so backward stays "
-                           "within this iteration.", FAMILY, 2)
+                           said + "detach it where the iteration starts using it, so backward stays within this "
+                           "iteration.", FAMILY, 2)
+        top = view.loops()[0].body[0]
+        if top is not first:
+            yield make.changed(view, edits.insert_before(view, top, line),
+                               said + "detach it where the iteration starts, and make its forward pass again (the "
+                               "failed backward freed what it went through).", FAMILY, 1)
+
+
+def _copied_where_made(view: View) -> Iterator[GeneratedRepair | None]:
+    """`.clone()` where each tensor changed in place before the faulty statement, in its iteration, was made."""
+    statement, loop = view.statement, trace.interrupted_loop(view)
+    if statement is None or loop is None:
+        return
+    done: set[int] = set()
+    for node in (n for s in loop.body for n in ast.walk(s) if isinstance(n, ast.stmt)):
+        name = _changed_in_place(node)
+        if name is None or node.lineno >= statement.lineno or not (
+                view.is_tensor(name) and view.facts(name).get("requires_grad")):
+            continue
+        link = trace.definition(view, name, node)
+        if link is None or link.kind != "assign" or link.value is None or not link.reruns or id(link.value) in done:
+            continue
+        done.add(id(link.value))
+        yield make.changed(view, make.wrap_node(view, link.value, "{a}.clone()"),
+                           f"`{name}` is changed in place (line {node.lineno - 1 + view.site.first_lineno}) after "
+                           "autograd saved it for the backward pass: make it a copy where it is made, so the change "
+                           "goes to the copy; the forward pass is made again from there.", FAMILY, 1)
+
+
+def _changed_in_place(node: ast.stmt) -> str | None:
+    """The name of the tensor `node` changes in place: `h += e`, `h.mul_(e)`, `h[i] = e`."""
+    if isinstance(node, ast.AugAssign):
+        target: ast.expr = node.target
+    elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute) \
+            and node.value.func.attr.endswith("_") and not node.value.func.attr.startswith("_"):
+        target = node.value.func.value
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript):
+        target = node.targets[0].value
+    else:
+        return None
+    return target.id if isinstance(target, ast.Name) else None
 
 
 def _to_numpy(view: View, suffix: str) -> Iterator[GeneratedRepair | None]:
