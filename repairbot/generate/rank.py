@@ -48,9 +48,11 @@ from repairbot.generate.candidate import (
 )
 from repairbot.generate.view import FunctionSite
 from repairbot.protocol import Suggestion
-from repairbot.signs import parse
+from repairbot.signs import parse, wait_code
 
 MAX_CANDIDATES = MAX_SUGGESTIONS
+_WAIT_CODE_START = wait_code(0).splitlines()[0]
+"""How a wait's code (`signs.wait_code`) starts: it binds no other name."""
 LEVELS = {"": giving_up.NOTHING, SKIPS_REPORT: giving_up.REPORT, DROPS_ELEMENTS: giving_up.ROWS,
           CUTS_ROWS: giving_up.ROWS, CUTS_SEQUENCES: giving_up.ROWS, REPLACES_DATA: giving_up.ROWS,
           REPLACES_NONFINITE: giving_up.ROWS, ROUNDS_DOWN: giving_up.ROWS, PASSES_ITEM: giving_up.ITERATION,
@@ -82,7 +84,7 @@ def ranked(candidates: list[GeneratedRepair], sites: list[FunctionSite]) -> list
         candidate.gives_up = _gives_up(candidate, sources)
         measured.append(measure(candidate, sources.get(candidate.target if candidate.kind != "action" else "-"), known))
     identities = [(c.kind, _canonical(c.code), c.target) for c in measured]
-    _most_given_up(measured, identities)
+    _most_given_up(measured, [_same_effect(c, identity) for c, identity in zip(measured, identities)])
     order = sorted(range(len(measured)), key=lambda i: _key(measured[i]))
     kept: list[GeneratedRepair] = []
     seen: set[tuple[str, str, str | None]] = set()
@@ -133,6 +135,15 @@ def _most_given_up(candidates: list[GeneratedRepair], identities: list[tuple[str
             most[identity] = candidate.gives_up
     for candidate, identity in zip(candidates, identities):
         candidate.gives_up = most[identity]
+
+
+def _same_effect(candidate: GeneratedRepair, identity: tuple[str, str, str | None]) -> tuple[str, str, str | None]:
+    """The repair `candidate` has the effect of: an action that only waits (`signs.wait_code`) resumes at the
+    faulty statement, so it is the retry after a wait and gives up what the retry does (at a `for` header,
+    the item the iterator could not make)."""
+    if candidate.kind == "action" and candidate.code.startswith(_WAIT_CODE_START) and len(candidate.code.splitlines()) == 3:
+        return ("retry", _canonical(""), None)
+    return identity
 
 
 def _gives_up(candidate: GeneratedRepair, sources: dict[str | None, str]) -> str:
