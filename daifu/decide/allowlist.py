@@ -27,6 +27,9 @@ attributes, readers of files (`np.load`, `np.fromfile`, `torch.load`, `torch.fro
 appears: a callable handed to something that calls it is a call (`list(map(Path(f).touch, modes))`,
 `max(xs, key=p.chmod)`, `DataLoader(ds, collate_fn=os.remove)`, a frame name holding `rmtree`).
 
+Nor is it admitted when an in-place update in it lands on a fresh copy nothing keeps
+(`target.float().mul_(0.9)`: the statement then does nothing; `daifu.decide.discarded_update`).
+
 Nor is it admitted when it aims the program's own effects (`daifu.decide.allowlist_flow`): names it
 binds or changes that flow, in the function it runs in, into what aims a statement of the program that
 reaches the system — a file's path, a command, a logger — or into the condition that decides whether
@@ -77,6 +80,7 @@ from typing import Protocol
 
 from daifu.core.changes import BODIES, header_only, statement_changes
 from daifu.decide.allowlist_accumulate import admitted_backwards
+from daifu.decide.discarded_update import discarded_updates
 from daifu.decide.allowlist_check import Checker, parse_code
 from daifu.decide.allowlist_context import Context, build_context, context_for
 from daifu.decide.allowlist_flow import aimed_effects
@@ -152,6 +156,7 @@ def check_safety(code: str, context: Context | None = None) -> CheckResult:
         return CheckResult((tree,))
     context = context or Context()
     checked = _verdict(tree.body, context, deletable=_stores(tree.body), parameters=frozenset(), first_lineno=None)
+    checked = CheckResult(checked.reasons + discarded_updates(tree.body))
     running = parse_code(context.source, "the function") if context.source else None
     if isinstance(running, str) or running is None:
         return checked
@@ -202,7 +207,8 @@ def _check_def(source: str, running: str, context: Context, what: str) -> CheckR
                        first_lineno=context.first_lineno, backwards=backwards)
     run_by_headers = _run_by_changed_headers(changes, changed, context)
     aimed = _aimed(new, changed, context, context.first_lineno, "the change", skip=set(run_by_headers))
-    return CheckResult(checked.reasons + tuple(run_by_headers.values()) + aimed)
+    discarded = discarded_updates(changed, context.first_lineno)
+    return CheckResult(checked.reasons + tuple(run_by_headers.values()) + aimed + discarded)
 
 
 def changed_lines(running: str, source: str) -> frozenset[int]:
