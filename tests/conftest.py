@@ -52,6 +52,15 @@ def automatic(bot_url: str, tmp_path: Path) -> Callable[[], list[dict[str, Any]]
 
 
 @pytest.fixture
+def automatic_embedded(tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
+    """Automatic mode with the embedded offline bot in this process (no server), every candidate tried
+    before it is applied; returns a function giving the repairs of this test."""
+    daifu.configure(mode="automatic", approve="auto", workspace=tmp_path / "daifu_workspace")
+    before = RUN.recorded
+    return lambda: RUN.repairs_since(before)
+
+
+@pytest.fixture
 def decide() -> Callable[..., list[daifu.Crash]]:
     """Install a policy that answers crashes with the given decisions in order; returns the crashes seen.
 

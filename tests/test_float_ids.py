@@ -9,10 +9,6 @@ crashes from the installed torch.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,26 +24,13 @@ import torch.nn.functional as F
 import daifu
 from daifu.core.trial import unavailable
 from daifu.report.build import build_report
-from daifu.state import RUN
 from repairbot.rules import analyse
 from tests.botfixtures import crash_from
 from tests.copies import fresh
+from tests.surgery_lines import changed_lines
 
 pytestmark = pytest.mark.torch
 needs_trials = pytest.mark.skipif(unavailable() is not None, reason=f"no trials: {unavailable()}")
-
-
-@pytest.fixture
-def automatic(tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
-    """Automatic mode with the embedded offline bot, every candidate tried before it is applied."""
-    daifu.configure(mode="automatic", approve="auto", workspace=tmp_path / "daifu_workspace")
-    before = RUN.recorded
-    return lambda: RUN.repairs_since(before)
-
-
-def changed_lines(code: str, fn: Callable[..., Any]) -> list[str]:
-    old = {line.strip() for line in inspect.getsource(fn).splitlines()}
-    return [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
 
 
 def rank_items(users, items, steps, skew_from):
@@ -115,9 +98,9 @@ def test_float_ids_with_fractions_are_not_named() -> None:
 
 
 @needs_trials
-def test_float_ids_recover_with_the_fixed_programs_losses(automatic) -> None:
+def test_float_ids_recover_with_the_fixed_programs_losses(automatic_embedded) -> None:
     losses = daifu.transform(fresh(rank_items))(*tables(), 6, 3)
-    repairs = automatic()
+    repairs = automatic_embedded()
     assert [r["decision"] for r in repairs] == ["Surgery"]
     assert changed_lines(repairs[0]["code"], rank_items) == ["neg = (skew[step] * 50).floor().long()"]
     assert losses == rank_items_fixed(*tables(), 6, 3)

@@ -9,9 +9,7 @@ change what is trained. Real crashes from the installed Python and torch.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,26 +24,13 @@ import torch
 import daifu
 from daifu.core.trial import unavailable
 from daifu.report.build import build_report
-from daifu.state import RUN
 from repairbot.rules import analyse
 from tests.botfixtures import crash_from
 from tests.copies import fresh
+from tests.surgery_lines import changed_lines
 
 pytestmark = pytest.mark.torch
 needs_trials = pytest.mark.skipif(unavailable() is not None, reason=f"no trials: {unavailable()}")
-
-
-@pytest.fixture
-def automatic(tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
-    """Automatic mode with the embedded offline bot, every candidate tried before it is applied."""
-    daifu.configure(mode="automatic", approve="auto", workspace=tmp_path / "daifu_workspace")
-    before = RUN.recorded
-    return lambda: RUN.repairs_since(before)
-
-
-def changed_lines(code: str, fn: Callable[..., Any]) -> list[str]:
-    old = {line.strip() for line in inspect.getsource(fn).splitlines()}
-    return [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
 
 
 def surgeries(fn: Callable[..., Any], *args: Any) -> list[list[str]]:
@@ -136,12 +121,12 @@ def test_a_quotient_read_by_a_guard_is_guarded_and_the_guard_is_kept() -> None:
 
 
 @needs_trials
-def test_a_metric_over_nothing_recovers_as_the_fixed_program(automatic) -> None:
+def test_a_metric_over_nothing_recovers_as_the_fixed_program(automatic_embedded) -> None:
     model, features, events, cut = detector()
     args = (model, features, events, 4, [100.0, -100.0, cut, 100.0])
     got = daifu.transform(fresh(detect))(*args)
     # the precision over nothing flagged, and F1 of precision and recall both 0, in one surgery
-    assert [r["decision"] for r in automatic()] == ["Surgery"]
+    assert [r["decision"] for r in automatic_embedded()] == ["Surgery"]
     assert got == detect_fixed(*args)
     assert got[1] == 2  # the round whose threshold flags exactly the events is the best, as in the fixed run
 

@@ -9,9 +9,7 @@ division is exact, `//` stays the simple first repair. Real crashes from the ins
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,28 +25,15 @@ import torch.nn as nn
 import daifu
 from daifu.core.trial import unavailable
 from daifu.report.build import build_report
-from daifu.state import RUN
 from repairbot.protocol import Suggestion
 from repairbot.rules import analyse
 from tests.botfixtures import crash_from
 from tests.copies import fresh
+from tests.surgery_lines import changed_lines
 
 pytestmark = pytest.mark.torch
 
 needs_trials = pytest.mark.skipif(unavailable() is not None, reason=f"no trials: {unavailable()}")
-
-
-@pytest.fixture
-def automatic(tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
-    """Automatic mode with the embedded offline bot, every candidate tried before it is applied."""
-    daifu.configure(mode="automatic", approve="auto", workspace=tmp_path / "daifu_workspace")
-    before = RUN.recorded
-    return lambda: RUN.repairs_since(before)
-
-
-def changed_lines(code: str, fn: Callable[..., Any]) -> list[str]:
-    old = {line.strip() for line in inspect.getsource(fn).splitlines()}
-    return [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
 
 
 def surgeries(suggestions: list[Suggestion], fn: Callable[..., Any]) -> list[list[str]]:
@@ -103,9 +88,9 @@ def test_an_exact_count_is_floored_first() -> None:
 
 
 @needs_trials
-def test_a_count_with_a_remainder_recovers_with_every_row_validated(automatic) -> None:
+def test_a_count_with_a_remainder_recovers_with_every_row_validated(automatic_embedded) -> None:
     rows_validated = daifu.transform(fresh(fit_and_validate))(*data(100), 6, 32)
-    repairs = automatic()
+    repairs = automatic_embedded()
     assert [r["decision"] for r in repairs] == ["Surgery"]
     assert changed_lines(repairs[0]["code"], fit_and_validate) == ["n_batches = -(-len(features) // eval_batch)"]
     assert rows_validated == [100, 100]

@@ -7,10 +7,8 @@ loaded, with `strict` kept: the model gets its saved weights. Real crashes from 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,26 +24,13 @@ import torch.nn.functional as F
 import daifu
 from daifu.core.trial import unavailable
 from daifu.report.build import build_report
-from daifu.state import RUN
 from repairbot.rules import analyse
 from tests.botfixtures import crash_from
 from tests.copies import fresh
+from tests.surgery_lines import changed_lines
 
 pytestmark = pytest.mark.torch
 needs_trials = pytest.mark.skipif(unavailable() is not None, reason=f"no trials: {unavailable()}")
-
-
-@pytest.fixture
-def automatic(tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
-    """Automatic mode with the embedded offline bot, every candidate tried before it is applied."""
-    daifu.configure(mode="automatic", approve="auto", workspace=tmp_path / "daifu_workspace")
-    before = RUN.recorded
-    return lambda: RUN.repairs_since(before)
-
-
-def changed_lines(code: str, fn: Callable[..., Any]) -> list[str]:
-    old = {line.strip() for line in inspect.getsource(fn).splitlines()}
-    return [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
 
 
 class Compiled(nn.Module):
@@ -142,11 +127,11 @@ def test_keys_that_differ_by_more_than_a_prefix_are_not_renamed() -> None:
 
 
 @needs_trials
-def test_a_teacher_saved_from_data_parallel_is_loaded_with_its_weights(tmp_path: Path, automatic) -> None:
+def test_a_teacher_saved_from_data_parallel_is_loaded_with_its_weights(tmp_path: Path, automatic_embedded) -> None:
     path, weights = saved_teacher(tmp_path, nn.DataParallel)
     torch.manual_seed(0)
     teacher = daifu.transform(fresh(distil_from_state))(net(), batches(), path, 2)
-    repairs = automatic()
+    repairs = automatic_embedded()
     assert [r["decision"] for r in repairs] == ["Surgery"]
     assert changed_lines(repairs[0]["code"], distil_from_state) == [
         "teacher.load_state_dict({k.removeprefix('module.'): v for k, v in state.items()})"]
