@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import Any
 
 import pytest
 
@@ -28,19 +27,10 @@ from tests.botfixtures import crash_from
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
+
+from tests.small_device import SmallDevice  # noqa: E402
 nn = torch.nn
 F = torch.nn.functional
-
-
-class SmallDevice(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = nn.Linear(6, 3)
-
-    def forward(self, x):
-        if x.shape[0] > 20:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
-        return self.inner(x)
 
 
 def train(model, optimizer, batches):
@@ -55,7 +45,7 @@ def train(model, optimizer, batches):
 
 @pytest.fixture(scope="module")
 def crash() -> Crash:
-    model = SmallDevice()
+    model = SmallDevice(nn.Linear(6, 3), 20)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     batch = (torch.randn(32, 6), torch.randint(0, 3, (32,)))
     crashed = crash_from(train, model, optimizer, [batch])

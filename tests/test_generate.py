@@ -20,7 +20,7 @@ for _package in (*BOT, 'torch'):
 
 from daifu.report.build import build_report
 from repairbot.generate import generate, rank
-from repairbot.generate.candidate import DROPS_ELEMENTS, SKIPS_ITERATION, GeneratedRepair
+from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View, sites
 from repairbot.protocol import Suggestion
 from repairbot.rules import analyse
@@ -32,6 +32,8 @@ nn = torch.nn
 F = torch.nn.functional
 
 pytestmark = pytest.mark.torch
+
+from tests.small_device import SmallDevice  # noqa: E402
 
 
 def answer(fn, *args) -> list[Suggestion]:
@@ -290,19 +292,6 @@ def test_scores_given_as_probabilities_become_logits() -> None:
 
 
 # -- memory -----------------------------------------------------------------------------------------
-
-
-class SmallDevice(nn.Module):
-    """A module on a (pretend) device that holds `rows` input rows: more raise PyTorch's own OOM error."""
-
-    def __init__(self, inner: nn.Module, rows: int) -> None:
-        super().__init__()
-        self.inner, self.rows = inner, rows
-
-    def forward(self, x, *rest):
-        if x.shape[0] > self.rows:
-            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0]} rows.")
-        return self.inner(x, *rest)
 
 
 class TwoHeads(nn.Module):

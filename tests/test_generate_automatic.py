@@ -35,6 +35,8 @@ F = torch.nn.functional
 
 pytestmark = [pytest.mark.torch, pytest.mark.skipif(unavailable() is not None, reason=f"no trials: {unavailable()}")]
 
+from tests.small_device import SmallDevice  # noqa: E402
+
 
 def answers(tmp_path: Path) -> list[dict[str, Any]]:
     path = tmp_path / "daifu_workspace" / "repairbot_suggestions.jsonl"
@@ -118,19 +120,6 @@ def test_no_rule_knows_that_crash() -> None:
 
 
 # -- out of memory: the call on chunks ------------------------------------------------------------
-
-
-class SmallDevice(nn.Module):
-    """A model on a (pretend) device that holds `rows` input rows; more raise PyTorch's own OOM error."""
-
-    def __init__(self, inner: nn.Module, rows: int) -> None:
-        super().__init__()
-        self.inner, self.rows = inner, rows
-
-    def forward(self, x):
-        if x.shape[0] > self.rows:
-            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0] * 2} GiB.")
-        return self.inner(x)
 
 
 def train_with_growing_batches(model, optimizer, x_all, y_all, sizes):

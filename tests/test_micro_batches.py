@@ -26,21 +26,10 @@ from tests.copies import fresh
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
+
+from tests.small_device import SmallDevice  # noqa: E402
 nn = torch.nn
 F = torch.nn.functional
-
-
-class SmallDevice(nn.Module):
-    """A model on a (pretend) device that holds `rows` input rows; more raise PyTorch's own OOM error."""
-
-    def __init__(self, inner: nn.Module, rows: int) -> None:
-        super().__init__()
-        self.inner, self.rows = inner, rows
-
-    def forward(self, x):
-        if x.shape[0] > self.rows:
-            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0] * 2} GiB.")
-        return self.inner(x)
 
 
 def train(model, optimizer, batches):
