@@ -37,6 +37,9 @@ class Settings:
     monitor = "val_acc"
 
 
+SETTINGS = Settings()
+
+
 def generated_lines(fn: Callable[..., Any], *args: Any) -> list[list[str]]:
     """The lines each `lookups` candidate changes, from a real crash of `fn(*args)`."""
     found, _ = generate(build_report(crash_from(fn, *args)))
@@ -51,9 +54,15 @@ def best_of(metrics, best):
     return best
 
 
-def best_by_setting(metrics, best, settings):
-    if metrics[settings.monitor] > best:
-        best = metrics[settings.monitor]
+def best_by_setting(metrics, best):
+    if metrics[SETTINGS.monitor] > best:
+        best = metrics[SETTINGS.monitor]
+    return best
+
+
+def best_by_parameter(metrics, best, key):
+    if metrics[key] > best:
+        best = metrics[key]
     return best
 
 
@@ -68,12 +77,15 @@ def test_a_constant_key_is_read_as_the_key_the_mapping_holds_wherever_it_is_aske
     lines = generated_lines(best_of, {"loss": 0.4, "accuracy": 0.8}, float("-inf"))
     assert ["if metrics['accuracy'] > best:", "best = metrics['accuracy']"] in lines, lines
     assert not any("loss" in line for found in lines for line in found), lines
-    by_setting = generated_lines(best_by_setting, {"loss": 0.4, "accuracy": 0.8}, float("-inf"), Settings())
+    by_setting = generated_lines(best_by_setting, {"loss": 0.4, "accuracy": 0.8}, float("-inf"))
     assert ["if metrics['accuracy'] > best:", "best = metrics['accuracy']"] in by_setting, by_setting
 
 
 def test_a_key_for_another_split_or_a_key_that_varies_is_not_replaced() -> None:
+    """Never `train_acc` for `val_acc`; never a key from a loop variable or a parameter (the next call may ask
+    for another)."""
     assert generated_lines(best_of, {"loss": 0.4, "train_acc": 0.8}, float("-inf")) == []
+    assert generated_lines(best_by_parameter, {"loss": 0.4, "accuracy": 0.8}, float("-inf"), "val_acc") == []
     looked = generated_lines(per_split, {"val_acc": [], "accuracy": []}, 0.5)
     assert not any("accuracy" in line for found in looked for line in found), looked
 

@@ -201,9 +201,10 @@ def _subscript(view: View, lookup: Lookup, node: ast.Subscript, wanted: object) 
 
 def _asked_alike(view: View, node: ast.Subscript) -> list[ast.expr]:
     """The keys to write as the key the mapping holds: a constant key at the faulty statement; a key computed
-    from names the function never rebinds (a module constant, a parameter's attribute, an f-string of them),
-    which is the same key wherever the function asks it, at each subscript of the same mapping by the same
-    expression. None for a key that may vary within the function (a loop variable's f-string)."""
+    from module names the function never binds (a module constant, a module setting's attribute, an f-string
+    of them), which is the same key wherever and whenever the function asks it, at each subscript of the same
+    mapping by the same expression. None for a key that may vary: from a local (a loop variable's f-string)
+    or a parameter (another call asks another key)."""
     if isinstance(node.slice, ast.Constant):
         return [node.slice]
     fdef = view.fdef
@@ -227,9 +228,11 @@ def _steady(node: ast.expr) -> bool:
 
 
 def _rebound(fdef: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """The names the function binds or declares global: a key read from one of them may change in it."""
+    """The names the function binds, declares global or takes as parameters: a key read from one of them may
+    change within a call or from one call to the next."""
     declared = {name for n in ast.walk(fdef) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
-    return bound_names(fdef, nested=True) | declared
+    parameters = {a.arg for a in ast.walk(fdef.args) if isinstance(a, ast.arg)}
+    return bound_names(fdef, nested=True) | declared | parameters
 
 
 def _computed(view: View, node: ast.Subscript) -> str:
