@@ -77,6 +77,8 @@ def test_a_constant_key_is_read_as_the_key_the_mapping_holds_wherever_it_is_aske
     lines = generated_lines(best_of, {"loss": 0.4, "accuracy": 0.8}, float("-inf"))
     assert ["if metrics['accuracy'] > best:", "best = metrics['accuracy']"] in lines, lines
     assert not any("loss" in line for found in lines for line in found), lines
+    found, _ = generate(build_report(crash_from(best_of, {"loss": 0.4, "accuracy": 0.8}, float("-inf"))))
+    assert [(c.kind, c.code) for c in found if c.family == "lookups"][1:] == [("action", "MONITOR = 'accuracy'")]
     by_setting = generated_lines(best_by_setting, {"loss": 0.4, "accuracy": 0.8}, float("-inf"))
     assert ["if metrics['accuracy'] > best:", "best = metrics['accuracy']"] in by_setting, by_setting
 

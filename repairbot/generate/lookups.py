@@ -179,6 +179,13 @@ def _subscript(view: View, lookup: Lookup, node: ast.Subscript, wanted: object) 
             yield make.changed(view, edits.replace(view, [(place, repr(new)) for place in asked]),
                                f"`{lookup.expression}` has no key {lookup.wanted}{_computed(view, node)}; it has "
                                f"{new!r} ({kinds[new]}){_elsewhere(asked)}.", FAMILY, 2 if needed is not None else 1)
+            if isinstance(node.slice, ast.Name) and view.variable(node.slice.id) is None:
+                constant = node.slice.id
+                yield make.action(view, f"{constant} = {new!r}",
+                                  f"`{lookup.expression}` has no key {lookup.wanted}, the value of the module's "
+                                  f"`{constant}`; it has {new!r} ({kinds[new]}): set `{constant}` to it. This "
+                                  f"changes module state: every reader of `{constant}` in the module sees {new!r} "
+                                  "from now on.", FAMILY, 1)
     if not _bookkeeping(lookup):
         return
     container, key = edits.text(view, node.value), edits.text(view, node.slice)
