@@ -83,7 +83,7 @@ from daifu.decide.allowlist_accumulate import admitted_backwards
 from daifu.decide.discarded_update import discarded_updates
 from daifu.decide.allowlist_check import Checker, parse_code
 from daifu.decide.allowlist_context import Context, build_context, context_for
-from daifu.decide.allowlist_flow import aimed_effects
+from daifu.decide.allowlist_flow import aimed_effects, decided_effects
 from daifu.decide.allowlist_reach import Reach
 from daifu.decide.allowlist_tables import (
     BUILTINS,
@@ -161,7 +161,31 @@ def check_safety(code: str, context: Context | None = None) -> CheckResult:
     if isinstance(running, str) or running is None:
         return checked
     aimed = _aimed(running, tree.body, context, context.first_lineno, "the action")
-    return CheckResult(checked.reasons + aimed)
+    return CheckResult(checked.reasons + aimed + _settings_deciding_effects(running, tree.body, context))
+
+
+def _settings_deciding_effects(running: ast.Module, action: list[ast.stmt], context: Context) -> tuple[str, ...]:
+    """Why an action rebinding a module-level name the function only reads needs a person: the program's
+    own statements reaching the system run or not by a condition reading it (module state every reader
+    of the name sees; the same decision a surgery changing that condition would need a person for)."""
+    function = next((n for n in running.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if function is None:
+        return ()
+    own = _stores(function.body) | {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    settings = frozenset(name for name in _stores(action) - own if name in context.values)
+    if not settings:
+        return ()
+    reach = Reach(context.values, context.module, context.modules)
+    reasons = []
+    for decided in decided_effects(function, settings, reach.call, context.methods, frozenset(context.modules)):
+        via = f" ({decided.through})" if decided.through else ""
+        names = ", ".join(f"`{name}`" for name in decided.names[:4])
+        reasons.append(
+            f"line {context.first_lineno + decided.lineno - 1}: the program's own `{decided.effect}`{via} reaches "
+            f"files, processes or the network under a condition reading {names}, and the action rebinds a "
+            "module-level name the function only reads: whether it runs is the action's doing, which needs a person"
+        )
+    return tuple(dict.fromkeys(reasons))
 
 
 def check_surgery_safety(source: str, context: Context) -> CheckResult:

@@ -93,6 +93,29 @@ def aimed_effects(
     return found
 
 
+def decided_effects(
+    function: ast.AST,
+    names: frozenset[str],
+    effect_of: EffectOf,
+    pure_methods: frozenset[str],
+    modules: frozenset[str],
+) -> list[Aimed]:
+    """The program's statements in `function` reaching the system, of any kind (a write too), whose running
+    depends on `names` or what is made from them: the module-level settings an action rebinds. A changed
+    condition in a surgery needs a person whatever its body reaches (`allowlist._run_by_changed_headers`);
+    rebinding the setting the condition reads (`MONITOR = 'loss'` before `if metrics[MONITOR] > best:
+    torch.save(...)`) changes the same decision and is held to the same rule."""
+    bound = _closure(set(names), function, pure_methods) - modules
+    controlled = _controlled(function, bound)
+    found: list[Aimed] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and id(node) in controlled:
+            effect = effect_of(node)
+            if effect is not None:
+                found.append(Aimed(node.lineno, effect.what, tuple(sorted(controlled[id(node)])), effect.through))
+    return found
+
+
 def _controlled(function: ast.AST, bound: set[str]) -> dict[int, set[str]]:
     """The calls whose running depends on a bound name (under an `if`, a `while`, `x if c else y`, `a and
     b` or a comprehension's `if` whose condition reads one), by id, with the names it reads: `cleanup =
