@@ -87,7 +87,7 @@ def apply(name: str) -> list[str]:
     for modules, qualname, ends_step in profile.targets:
         target = Target(modules[distribution], qualname)
         try:
-            done += vaccinate_target(target, ends_step)
+            done += vaccinate_target(target, ends_step, step=True)
         except TargetError as error:
             raise TargetError(f"--framework {name}: {distribution} {version} does not have {target} where the "
                               f"profile looks (checked on {_majors(profile)}; it may have moved): {error}") from None
