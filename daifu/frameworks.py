@@ -13,6 +13,9 @@ its counters, scheduler and callbacks count the batch as any other); from `compu
 model's trainable parameters (the Trainer's backward, gradient accumulation, optimizer and scheduler
 steps and callbacks go on as for any batch, and the batch adds nothing to the gradients).
 
+Every function a profile names is a step (`vaccinate_target(step=True)`): a fork trial of a repair in it
+follows the framework's next calls of it as its horizon (`daifu.core.step_horizon`).
+
 Each profile is checked against the installed version: a name that is not where the profile looks
 is an error naming the version found, not a silent run without DaiFu.
 """

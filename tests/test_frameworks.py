@@ -201,6 +201,9 @@ def test_a_skipped_step_passes_over_its_batch_in_the_framework(name: str, tmp_pa
 
 
 SPOILS_NEXT = {
+    "hf": ("F.cross_entropy(shift_logits.reshape(-1, VOCAB)",
+           "F.cross_entropy((shift_logits if self.state.global_step != 1 else logits).reshape(-1, VOCAB)",
+           '(1.0 if self.state.global_step <= 1 else float("nan")) * F.cross_entropy(shift_logits.reshape(-1, VOCAB)'),
     "lightning": ("logits = self.net(x)", "logits = self.net(x if batch_idx != 2 else x[:, :4])",
                   'logits = self.net(x) * (1.0 if batch_idx <= 2 else float("nan"))'),
 }

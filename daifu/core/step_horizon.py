@@ -10,7 +10,8 @@ horizon (`daifu.core.trial.iteration_started`), which lasts until the next call 
 does with the value, its backward and optimizer step, is part of it), and its facts read the losses
 in the call's locals when it returns and the loss it returns (`returned_losses`). The horizon is bounded as
 any other (`trial_iterations`, `trial_seconds`); when the framework's call that the program made
-returns (or raises) into the program's own frame that made it (`anchor`), the loop is over.
+returns (or raises) into the program's own frame that made it (`anchor`), or that frame itself returns
+(a loop of the program's own code that calls the step), the loop is over.
 
 Only the copy follows calls (a profile function, `sys.setprofile`, set in the copy alone): the live
 run's path, crash or not, is unchanged. An in-process trial cannot follow them — the framework's loop
@@ -87,8 +88,8 @@ def returned_losses(value: Any) -> dict[str, float]:
 class Follower:
     """The profile function of a trial's copy that follows the step's calls: `started(frame)` at each
     new call (not a nested one: a surgery's stub calls the fast path), `over(frame, losses)` when it
-    returns, `ended(raised)` when the framework's call returns into the anchor (`raised`: by an
-    exception)."""
+    returns, `ended(raised)` when the framework's call returns into the anchor, or the anchor itself
+    returns (the program's own loop that calls the step) (`raised`: by an exception)."""
 
     def __init__(self, calls: Calls, started: Callable[[FrameType], None],
                  over: Callable[[FrameType, dict[str, float]], None], ended: Callable[[bool], None]) -> None:
@@ -110,9 +111,10 @@ class Follower:
                 self.losses.update(returned_losses(arg))
                 self.open = None
                 self.over(frame, self.losses)
-            elif self.open is not None and self.calls.is_step(frame.f_code):
-                self.losses.update(returned_losses(arg))
-            elif frame.f_back is self.calls.anchor:
+            elif self.calls.is_step(frame.f_code):
+                if self.open is not None:  # the fast path a surgery's stub called
+                    self.losses.update(returned_losses(arg))
+            elif frame is self.calls.anchor or frame.f_back is self.calls.anchor:
                 self.ended(not _returning(frame))
 
 

@@ -651,14 +651,19 @@ def _go_on(frame: FrameType | None) -> None:
 
 
 def _alarm(signal_number: int, frame: FrameType | None) -> None:
-    """The trial's time is up (child only): inside the crashed iteration it timed out; past it, its
-    horizon ends where the copy is, and the verdict says so."""
+    """The trial's time is up (child only): inside the crashed iteration it timed out; past it (or once
+    the crashed call of a framework's step returned), its horizon ends where the copy is, and the
+    verdict says so."""
     if not _CHILD or _SENDING:
         return
     looking = _CHILD[0].horizon
     seconds = f"{looking.seconds:g} s"
     if looking.open is None and looking.last >= 0:
         looking.ended = f"the loop's next item did not come within the trial's {seconds}{_sealed()}"
+        _send(Outcome.COMPLETED)
+    if looking.open is not None and looking.returned is not None:  # a framework's step returned: its call is over
+        _close(None, complete=True)
+        looking.ended = f"the trial's {seconds} ran out before the framework's next call of the step"
         _send(Outcome.COMPLETED)
     if looking.open is not None and looking.open.index >= 1:
         looking.ended = f"the trial's {seconds} ran out in iteration {looking.open.index} past the crash"
