@@ -203,3 +203,20 @@ def test_time_spent_by_the_framework_after_the_crashed_step_ends_the_horizon_not
     assert slow.outcome is trial.Outcome.COMPLETED and slow.passed, slow.describe()
     assert [(it.index, it.complete) for it in slow.iterations] == [(0, True)]
     assert "ran out before the framework's next call of the step" in slow.ended
+
+
+def divide(a: float, b: float) -> float:
+    result = a / b
+    return result
+
+
+def test_a_crash_while_the_trial_module_is_half_imported_is_still_repaired(monkeypatch: pytest.MonkeyPatch,
+                                                                           decide: Any) -> None:
+    """The warm thread (`daifu.decide.warm`) may be importing `daifu.core.trial` when the program crashes:
+    the crash path must not ask the half-made module anything (asking it raised AttributeError: the crash
+    went unrepaired, and the Trainer's automatic run ended with DaiFu's error)."""
+    from tests.copies import fresh
+
+    monkeypatch.setitem(sys.modules, "daifu.core.trial", type(sys)("daifu.core.trial"))
+    decide(lambda crash: daifu.Surgery(crash.source.replace("a / b", "a / (b or 1)")))
+    assert daifu.transform(fresh(divide))(4.0, 0.0) == 4.0

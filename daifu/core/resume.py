@@ -307,8 +307,7 @@ class Vaccine:
             return
         crashed_at = time.perf_counter()
         frame = sys._getframe(1)
-        trial = sys.modules.get("daifu.core.trial")  # a process that never tried a repair is no trial's copy
-        if trial is not None and trial.active():
+        if _running_trial() is not None:
             self._crash_in_trial(error, frame, cells)  # a trial never decides
         try:
             site = self._site(error, frame)
@@ -327,7 +326,8 @@ class Vaccine:
         except Exception as internal:  # a bug of ours must never hide the user's exception
             warnings.warn(f"DaiFu could not handle the crash in {self.qualname}: {internal!r}", RuntimeWarning, 2)
             handover = None
-        if trial is not None and trial.active():
+        trial = _running_trial()
+        if trial is not None:
             trial.step_lost()  # a trial's copy that was to follow the framework's loop never got back to it
         if handover is None:
             mark_passed(error)
@@ -707,8 +707,7 @@ class Vaccine:
             if firing is None:
                 return
             account = account_of(found.site, found.where)
-            trial = sys.modules.get("daifu.core.trial")
-            if trial is not None and trial.active():
+            if _running_trial() is not None:
                 account.add(firing)  # the copy counts; it never judges, records or takes anything back
                 return
             stop = self.handling.passed_over(account, firing, None)
@@ -1156,6 +1155,15 @@ class Vaccine:
         progress.pop(site.path, None)
         fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else {}
         progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
+
+
+def _running_trial() -> Any:
+    """`daifu.core.trial` when this process runs a trial (a fork trial's copy, an in-process trial), else
+    `None`. Read from its state, not asked: a process that never tried a repair has not imported it, and
+    the warm thread (`daifu.decide.warm`) may be importing it as the program crashes — a module half
+    imported has no `active` yet, and asking it would raise DaiFu's error in place of the crash."""
+    module = sys.modules.get("daifu.core.trial")
+    return module if getattr(module, "_CHILD", None) else None
 
 
 def _releasing(error: BaseException) -> Callable[[], None] | None:
