@@ -13,6 +13,9 @@ its counters, scheduler and callbacks count the batch as any other); from `compu
 model's trainable parameters (the Trainer's backward, gradient accumulation, optimizer and scheduler
 steps and callbacks go on as for any batch, and the batch adds nothing to the gradients).
 
+Every function a profile names is a step (`vaccinate_target(step=True)`): a fork trial of a repair in it
+follows the framework's next calls of it as its horizon (`daifu.core.step_horizon`).
+
 Each profile is checked against the installed version: a name that is not where the profile looks
 is an error naming the version found, not a silent run without DaiFu.
 """
@@ -87,7 +90,7 @@ def apply(name: str) -> list[str]:
     for modules, qualname, ends_step in profile.targets:
         target = Target(modules[distribution], qualname)
         try:
-            done += vaccinate_target(target, ends_step)
+            done += vaccinate_target(target, ends_step, step=True)
         except TargetError as error:
             raise TargetError(f"--framework {name}: {distribution} {version} does not have {target} where the "
                               f"profile looks (checked on {_majors(profile)}; it may have moved): {error}") from None

@@ -74,17 +74,20 @@ def vaccinate_all(targets: Sequence[Target]) -> list[str]:
     return done
 
 
-def vaccinate_target(target: Target, ends_step: Callable[[dict[str, Any]], Any] | None = None) -> list[str]:
+def vaccinate_target(target: Target, ends_step: Callable[[dict[str, Any]], Any] | None = None,
+                     step: bool = False) -> list[str]:
     """Vaccinate the function `target` names, and for a method its overrides in subclasses (now and
     later); the names vaccinated. `TargetError` when the name does not resolve. `ends_step`, when
     given, is what the vaccinated function returns for a `SkipIteration` taken outside any loop of
-    it (`daifu.core.resume.Vaccine.ends_step`): a framework's step that passes over its batch."""
+    it (`daifu.core.resume.Vaccine.ends_step`): a framework's step that passes over its batch.
+    `step`: the function is a step a framework's loop calls (`Vaccine.step`): a trial of a repair in
+    it follows the framework's next calls of it (`daifu.core.step_horizon`)."""
     owner, name, found = resolve(target)
-    done = [str(target)] if _vaccinate(found, ends_step) else []
+    done = [str(target)] if _vaccinate(found, ends_step, step) else []
     if isinstance(owner, type):
-        _watch_subclasses(owner, name, ends_step)
+        _watch_subclasses(owner, name, ends_step, step)
         for subclass in _subclasses(owner):
-            if name in subclass.__dict__ and _vaccinate(subclass.__dict__[name], ends_step):
+            if name in subclass.__dict__ and _vaccinate(subclass.__dict__[name], ends_step, step):
                 done.append(f"{subclass.__module__}:{subclass.__qualname__}.{name}")
     return done
 
@@ -134,7 +137,7 @@ def _is_function(value: Any) -> bool:
         return False
 
 
-def _vaccinate(found: Any, ends_step: Callable[[dict[str, Any]], Any] | None) -> bool:
+def _vaccinate(found: Any, ends_step: Callable[[dict[str, Any]], Any] | None, step: bool = False) -> bool:
     """Vaccinate `found` in place; whether it is vaccinated now (it may run unvaccinated: its
     source unreadable, or DaiFu off, said by `daifu.transform` itself)."""
     from daifu.vaccinate import transform
@@ -146,6 +149,7 @@ def _vaccinate(found: Any, ends_step: Callable[[dict[str, Any]], Any] | None) ->
         return False
     if ends_step is not None:
         vaccine.ends_step = ends_step
+    vaccine.step = vaccine.step or step
     return True
 
 
@@ -170,18 +174,21 @@ def _subclasses(owner: type) -> list[type]:
     return found
 
 
-_watched: dict[type, dict[str, Callable[[dict[str, Any]], Any] | None]] = {}
-"""The classes whose subclasses are watched, and for each the method names vaccinated in them."""
+EndsStep = Callable[[dict[str, Any]], Any] | None
+
+_watched: dict[type, dict[str, tuple[EndsStep, bool]]] = {}
+"""The classes whose subclasses are watched, and for each the method names vaccinated in them (with
+what `_vaccinate` takes beside the method)."""
 
 
-def _watch_subclasses(owner: type, name: str, ends_step: Callable[[dict[str, Any]], Any] | None) -> None:
+def _watch_subclasses(owner: type, name: str, ends_step: EndsStep, step: bool) -> None:
     """Vaccinate `name` in each subclass of `owner` that defines it, as the subclass is made: the
     owner's `__init_subclass__` is replaced by one that calls what it had, then vaccinates."""
     names = _watched.get(owner)
     if names is not None:
-        names.setdefault(name, ends_step)
+        names.setdefault(name, (ends_step, step))
         return
-    names = _watched[owner] = {name: ends_step}
+    names = _watched[owner] = {name: (ends_step, step)}
     previous = owner.__dict__.get("__init_subclass__")
 
     def __init_subclass__(cls: type, **kwargs: Any) -> None:
@@ -189,8 +196,8 @@ def _watch_subclasses(owner: type, name: str, ends_step: Callable[[dict[str, Any
             previous.__get__(None, cls)(**kwargs)
         else:
             super(owner, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]
-        for method, returns in names.items():
-            if method in cls.__dict__ and _vaccinate(cls.__dict__[method], returns):
+        for method, (returns, is_step) in names.items():
+            if method in cls.__dict__ and _vaccinate(cls.__dict__[method], returns, is_step):
                 from daifu.say import say
 
                 say(f"vaccinated {cls.__module__}:{cls.__qualname__}.{method}, which overrides {owner.__qualname__}'s")

@@ -198,3 +198,49 @@ def test_a_skipped_step_passes_over_its_batch_in_the_framework(name: str, tmp_pa
         assert result["global_step"] == result["callback_batches"] == 6
         assert result["losses"][:2] == reference["losses"][:2] and len(result["losses"]) == 5
         assert result["scheduler"] == reference["scheduler"]
+
+
+SPOILS_NEXT = {
+    "hf": ("F.cross_entropy(shift_logits.reshape(-1, VOCAB)",
+           "F.cross_entropy((shift_logits if self.state.global_step != 1 else logits).reshape(-1, VOCAB)",
+           '(1.0 if self.state.global_step <= 1 else float("nan")) * F.cross_entropy(shift_logits.reshape(-1, VOCAB)'),
+    "lightning": ("logits = self.net(x)", "logits = self.net(x if batch_idx != 2 else x[:, :4])",
+                  'logits = self.net(x) * (1.0 if batch_idx <= 2 else float("nan"))'),
+}
+TRY_POLICY = '''
+import json as _json
+import daifu as _daifu
+
+
+def _fix(crash):
+    """Try a surgery that mends the crashed step and spoils the next ones; note its verdict; apply the fix."""
+    verdict = crash.trial(_daifu.Surgery(crash.source.replace({crashing!r}, {spoiling!r})))
+    with open("verdict.json", "w") as out:
+        _json.dump({{"passed": verdict.passed, "text": verdict.describe(), "seen": len(verdict.iterations)}}, out)
+    return _daifu.Surgery(crash.source.replace({crashing!r}, {fixed!r}))
+
+
+_daifu.set_policy(_fix)
+
+'''
+
+
+@pytest.mark.parametrize("name", sorted(SPOILS_NEXT))
+def test_a_trial_in_a_step_follows_the_frameworks_next_steps(name: str, tmp_path: Path,
+                                                             tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A surgery that mends the crashed step but makes every later step's loss NaN: its trial follows
+    the framework's next calls of the step (the horizon), sees the NaN and refuses it; the crashed step
+    alone would have passed. The live run, repaired by the fix, ends as the fixed program's."""
+    case = needs(name)
+    script = program(tmp_path, case)
+    fixed, crashing, spoiling = SPOILS_NEXT[name]
+    main = 'if __name__ == "__main__":'
+    policy = TRY_POLICY.format(crashing=crashing, spoiling=spoiling, fixed=fixed)
+    script.write_text(script.read_text().replace(fixed, crashing).replace(main, policy + main))
+    result, done = run(script, "--framework", name, DAIFU_TRIALS="fork")
+    assert result is not None, done.stderr[-3000:]
+    assert result == fixed_run(name, tmp_path_factory)
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert not verdict["passed"], verdict["text"]
+    assert "past the crash" in verdict["text"] and "nan" in verdict["text"], verdict["text"]
+    assert verdict["seen"] >= 2, verdict["text"]

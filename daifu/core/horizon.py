@@ -22,7 +22,9 @@ from a batch), the optimizer steps taken (`daifu.core.steps`), the losses and th
   is judged: the steps the program took before the crash (`steps_before`) cannot say how many an
   iteration of this loop takes (a REINFORCE loop steps once an episode, not once a move);
 - training goes on (a running total the function adds to, `running_loss += ...`, grows by design and
-  is not judged): each loss that was finite before the crash stays finite, and its median over
+  is not judged): each loss that was finite before the crash, or first known finite at the end of
+  the crashed iteration (the crash came before the program computed it; a framework's step returns
+  it, `daifu.core.step_horizon`), stays finite; and the median of one known before the crash over
   those iterations is not worse by more than `LOSS_MARGIN` than both before the crash and at the end
   of the crashed iteration as the repair left it: a crash often comes where the program changes
   phase (eight augmented views from step 60, a longer context), and the loss before it belongs to
@@ -142,7 +144,21 @@ def judge(iterations: Sequence[IterationFacts], budget: int, losses_before: Mapp
     reference = {name: max(value, crashed.get(name, value)) if math.isfinite(crashed.get(name, value)) else value
                  for name, value in losses_before.items()}
     reasons += _losses_worse(past(iterations), reference)
+    reasons += _gone_nonfinite(past(iterations), {name: value for name, value in crashed.items()
+                                                  if name not in losses_before})
     return tuple(reasons)
+
+
+def _gone_nonfinite(seen: Sequence[IterationFacts], crashed: Mapping[str, float]) -> list[str]:
+    """A loss first known at the end of the crashed iteration (a framework's step returns it; the crash
+    came before the program computed it), finite there, that is not finite past the crash."""
+    reasons = []
+    for name, at_crash in crashed.items():
+        bad = next((it for it in seen if name in it.losses and not math.isfinite(it.losses[name])), None)
+        if bad is not None and math.isfinite(at_crash):
+            reasons.append(f"`{name}` became {bad.losses[name]} in {_name(bad)} (it was {at_crash:.4g} at the end of "
+                           "the crashed iteration)")
+    return reasons
 
 
 def running_totals(code: CodeType | None) -> frozenset[str]:

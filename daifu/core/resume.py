@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from types import CellType, CodeType, FrameType, FunctionType, MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from daifu.core import steps
+from daifu.core import step_horizon, steps
 from daifu.core.blocks import Path, locate, node_at, path_of, with_depth
 from daifu.core.compiling import future_flags, make_function, qualified, register_source
 from daifu.core.guard import Handover, is_passed, mark_passed
+from daifu.core.step_horizon import StepReturned
 from daifu.core.handling import Handling, RepairContext, RepairEntry
 from daifu.core.helpers import Helpers
 from daifu.core.iterators import finished_generator
@@ -182,6 +183,9 @@ class Vaccine:
         # What the function returns for a `SkipIteration` taken where it has no loop, given its locals:
         # a framework's step passes over its batch so (`daifu.targets`); `None`: such a skip is refused.
         self.ends_step: Callable[[dict[str, Any]], Any] | None = None
+        # Whether a framework's loop calls the function as its step (`daifu.frameworks`): a fork trial of a
+        # repair in it follows the framework's next calls of it (`daifu.core.step_horizon`).
+        self.step = False
         self.units: dict[int, Version] = {}  # by id: hashing a code object hashes all its bytecode
         self._bound: dict[ast.stmt, set[str]] = {}  # what each faulty statement binds (`_fingerprint`)
         self._sites: dict[tuple[int, int], tuple[CodeType, Site]] = {}  # by code and offset raising (`_site`)
@@ -303,8 +307,7 @@ class Vaccine:
             return
         crashed_at = time.perf_counter()
         frame = sys._getframe(1)
-        trial = sys.modules.get("daifu.core.trial")  # a process that never tried a repair is no trial's copy
-        if trial is not None and trial.active():
+        if _running_trial() is not None:
             self._crash_in_trial(error, frame, cells)  # a trial never decides
         try:
             site = self._site(error, frame)
@@ -316,11 +319,16 @@ class Vaccine:
             namespace = {**shared, **namespace}
             namespace.setdefault("@call", _Invocation())
             handover = self._repair(error, frame, _Live(site, namespace, closure, shared), crashed_at)
+        except StepReturned as returned:  # a trial's copy: the crashed call is over, the framework's loop goes on
+            raise Handover(returned.resume, {}) from None
         except Handover:
             raise
         except Exception as internal:  # a bug of ours must never hide the user's exception
             warnings.warn(f"DaiFu could not handle the crash in {self.qualname}: {internal!r}", RuntimeWarning, 2)
             handover = None
+        trial = _running_trial()
+        if trial is not None:
+            trial.step_lost()  # a trial's copy that was to follow the framework's loop never got back to it
         if handover is None:
             mark_passed(error)
             return
@@ -699,8 +707,7 @@ class Vaccine:
             if firing is None:
                 return
             account = account_of(found.site, found.where)
-            trial = sys.modules.get("daifu.core.trial")
-            if trial is not None and trial.active():
+            if _running_trial() is not None:
                 account.add(firing)  # the copy counts; it never judges, records or takes anything back
                 return
             stop = self.handling.passed_over(account, firing, None)
@@ -932,7 +939,22 @@ class Vaccine:
             if not small or verdict.outcome is not trial.Outcome.UNAVAILABLE:
                 return verdict
             in_process = False  # the state does not fit: nothing was copied or run, a fork trial runs
-        return trial.run(decision, run, before, view, seconds, horizon)
+        return trial.run(decision, run, before, view, seconds, horizon, self._calls(crash))
+
+    def _calls(self, crash: Crash) -> step_horizon.Calls | None:
+        """The calls of this function a fork trial follows past the crashed one: where it is a framework's
+        step (`step`) called from the program's own code (`daifu.core.step_horizon`); else `None`."""
+        from daifu.core import trial
+
+        if not self.step:
+            return None
+        function, units = self.function, self.units
+
+        def is_step(code: CodeType) -> bool:
+            return code is function.__code__ or id(code) in units
+
+        anchor = step_horizon.anchor(crash.frame, is_step, trial.own_code)
+        return step_horizon.Calls(is_step, anchor) if anchor is not None else None
 
     def _snapshot(self, decision: Decision, live: _Live, watched: dict[str, Any], cap: int | None = None) -> Any:
         """What an in-process trial of `decision` must put back (`daifu.core.rollback`): the state reachable
@@ -1133,6 +1155,15 @@ class Vaccine:
         progress.pop(site.path, None)
         fingerprint = self._fingerprint(Site(version, path, site.header), namespace) if _has(version, path) else {}
         progress[path] = _Progress(fingerprint, crash.attempt, crash.tried)
+
+
+def _running_trial() -> Any:
+    """`daifu.core.trial` when this process runs a trial (a fork trial's copy, an in-process trial), else
+    `None`. Read from its state, not asked: a process that never tried a repair has not imported it, and
+    the warm thread (`daifu.decide.warm`) may be importing it as the program crashes — a module half
+    imported has no `active` yet, and asking it would raise DaiFu's error in place of the crash."""
+    module = sys.modules.get("daifu.core.trial")
+    return module if getattr(module, "_CHILD", None) else None
 
 
 def _releasing(error: BaseException) -> Callable[[], None] | None:

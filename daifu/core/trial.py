@@ -52,10 +52,12 @@ from typing import Any
 from daifu import config
 from daifu.core import cuda, health, isolate, sandbox, steps, trial_memory
 from daifu.core.horizon import IterationFacts, judge, running_totals, summary
+from daifu.core.step_horizon import Calls, Follower, StepReturned, returned_losses
 
 _DAIFU = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RETURNED = "the function returned"
 LOOP_ENDED = "the loop ended"
+FRAMEWORK_ENDED = "the framework's loop ended"
 GRACE_S = 2.0
 """Seconds the parent waits past the budget for the copy's own verdict (its alarm rings at the budget)."""
 
@@ -273,14 +275,16 @@ def looking(seconds: float | None, horizon: int | None) -> _Horizon:
 
 
 def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view: View,
-        seconds: float | None = None, horizon: int | None = None) -> Verdict:
+        seconds: float | None = None, horizon: int | None = None, calls: Calls | None = None) -> Verdict:
     """Try `decision` (carried out by `body`) in a sandboxed copy of this process, within `seconds`
     (by default the configured `trial_seconds`), looking `horizon` iterations past the crashed one
     (by default the configured `trial_iterations`; 0: the crashed iteration only).
 
     `watched` are the values whose health the verdict reports (the crashed frame's locals, the
     globals its function uses); `view(frame)` gives the same at the end of each iteration. Where the
-    trial must run in process (`how`), the caller runs `daifu.core.inprocess.run` instead.
+    trial must run in process (`how`), the caller runs `daifu.core.inprocess.run` instead. `calls`: the
+    crashed function is a framework's step, and the iterations past the crashed one are the framework's
+    next calls of it (`daifu.core.step_horizon`).
     """
     kind, reason = how()
     if kind != FORK:
@@ -307,7 +311,7 @@ def run(decision: Any, body: Callable[[], Any], watched: Mapping[str, Any], view
         pid = os.fork()
     if pid == 0:
         looking = _Horizon(ahead, budget, started + budget, steps_before, settings.pass_over_budget)
-        state = _Child(before, view, started, need, room, looking)
+        state = _Child(before, view, started, need, room, looking, calls=calls)
         _child(read_end, write_end, capture.fileno(), body, state)  # never returns
     forked = time.perf_counter()
     os.close(write_end)
@@ -408,6 +412,8 @@ class _Horizon:
     last: int = -1
     applied: int = 0
     ended: str = ""
+    returned: dict[str, float] | None = None
+    """A framework's step (`daifu.core.step_horizon`): the losses the open iteration's call returned, once it did."""
 
     def current(self) -> _Iteration:
         """The open iteration; between two, the next one, opened now."""
@@ -430,6 +436,10 @@ class _Child:
     limits: str = ""
     inprocess: bool = False
     """In process (`daifu.core.inprocess`): the verdict ends the trial as an exception, not the process."""
+    calls: Calls | None = None
+    """The crashed function is a framework's step: the copy follows the framework's next calls of it."""
+    following: bool = False
+    """The crashed call is over, and its value is on its way back to the framework (`_follow`)."""
 
 
 _CHILD: list[_Child] = []
@@ -464,12 +474,52 @@ def _child(read_end: int, write_end: int, capture: int, body: Callable[[], Any],
     except BaseException as error:  # noqa: BLE001 - anything here means no trial, said as such
         _send(Outcome.FAILED, detail=f"the sandbox could not be set up: {type(error).__name__}: {error}")
     try:
-        body()
+        value = body()
     except sandbox.SandboxStop as stop:
         crashed(stop, getattr(stop, "frame", None))
     except BaseException as error:  # noqa: BLE001
         crashed(error, None)
+    if state.calls is not None and state.horizon.asked > 0:
+        _follow(state, state.calls, value)
     _send(Outcome.COMPLETED, detail=RETURNED, finished=True)
+
+
+def _follow(state: _Child, calls: Calls, value: Any) -> None:
+    """The crashed call of a framework's step is over (child only): its value goes back up to the
+    framework (`StepReturned`), whose next calls of the step are the iterations past the crash; never
+    returns. An iteration runs from a call of the step to the next: what the framework does with what
+    the step returned (its backward, its optimizer step) belongs to it; its losses are those the call
+    returned and held in its locals then (`_step_returned`)."""
+    state.horizon.returned = returned_losses(value)
+    state.following = True
+    Follower(calls, iteration_started, _step_returned, _framework_ended).install()
+    raise StepReturned(value)
+
+
+def _step_returned(frame: FrameType, returned: Mapping[str, float]) -> None:
+    """A call of the framework's step past the crashed one returned `returned` (child only): the losses of
+    its iteration, with those in its locals, noted when the next call starts it (`iteration_started`)."""
+    child = _CHILD[0]
+    child.horizon.returned = {**health.losses(child.view(frame)), **returned}
+
+
+def _framework_ended(raised: bool) -> None:
+    """The framework's call the program made is over (child only): its loop ended, or an exception left it."""
+    looking = _CHILD[0].horizon
+    if looking.open is not None:
+        _close(None, complete=looking.returned is not None)
+    if raised:
+        _send(Outcome.RAISED, detail="an exception left the framework's loop past the crashed step")
+    looking.ended = FRAMEWORK_ENDED
+    _send(Outcome.COMPLETED, detail=FRAMEWORK_ENDED)
+
+
+def step_lost() -> None:
+    """The decision was made again in a trial's copy that was to hand the crashed step's value back to the
+    framework (child only): a layer in between kept it; the trial ends with what it saw. Never returns
+    in a copy that was following; returns in any other process."""
+    if _CHILD and _CHILD[0].following:
+        _send(Outcome.FAILED, detail="the trial could not hand the repaired step's value back to the framework")
 
 
 def _detach(state: _Child) -> None:
@@ -511,6 +561,7 @@ def iteration_started(frame: FrameType) -> None:
         _close(frame, complete=True)
         _go_on(frame)
     looking.current()
+    looking.returned = None
 
 
 def loop_over(frame: FrameType) -> None:
@@ -568,7 +619,8 @@ def applied(what: str | None, rows: int = 0, dropped: str = "") -> None:
 
 
 def _close(frame: FrameType | None, complete: bool) -> None:
-    """Note the facts of the open iteration, ended (`complete`) or not."""
+    """Note the facts of the open iteration, ended (`complete`) or not; a framework's step's losses are
+    those its call returned (`_step_returned`), not those of `frame`."""
     child = _CHILD[0]
     looking = child.horizon
     it = looking.open
@@ -579,13 +631,14 @@ def _close(frame: FrameType | None, complete: bool) -> None:
     taken = steps.taken()
     looking.seen.append(IterationFacts(
         it.index, complete, time.perf_counter() - it.started, it.fired, it.passed_over, tuple(it.what), it.rows,
-        None if taken is None or it.steps is None else taken - it.steps, dict(found.losses_after),
+        None if taken is None or it.steps is None else taken - it.steps,
+        dict(found.losses_after if looking.returned is None else looking.returned),
         tuple(found.spoilt), tuple(found.discarded), tuple(found.untrained),
     ))
     looking.last = it.index
 
 
-def _go_on(frame: FrameType) -> None:
+def _go_on(frame: FrameType | None) -> None:
     """End the trial when its horizon is over: the iterations asked seen, or no time for one more (the
     longest seen so far)."""
     looking = _CHILD[0].horizon
@@ -598,14 +651,19 @@ def _go_on(frame: FrameType) -> None:
 
 
 def _alarm(signal_number: int, frame: FrameType | None) -> None:
-    """The trial's time is up (child only): inside the crashed iteration it timed out; past it, its
-    horizon ends where the copy is, and the verdict says so."""
+    """The trial's time is up (child only): inside the crashed iteration it timed out; past it (or once
+    the crashed call of a framework's step returned), its horizon ends where the copy is, and the
+    verdict says so."""
     if not _CHILD or _SENDING:
         return
     looking = _CHILD[0].horizon
     seconds = f"{looking.seconds:g} s"
     if looking.open is None and looking.last >= 0:
         looking.ended = f"the loop's next item did not come within the trial's {seconds}{_sealed()}"
+        _send(Outcome.COMPLETED)
+    if looking.open is not None and looking.returned is not None:  # a framework's step returned: its call is over
+        _close(None, complete=True)
+        looking.ended = f"the trial's {seconds} ran out before the framework's next call of the step"
         _send(Outcome.COMPLETED)
     if looking.open is not None and looking.open.index >= 1:
         looking.ended = f"the trial's {seconds} ran out in iteration {looking.open.index} past the crash"

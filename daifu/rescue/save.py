@@ -108,8 +108,8 @@ def at_signal(frame: FrameType, source: str, signal_name: str, then: str, settin
 
 def _guarded(subject: Callable[[], Subject], settings: Settings) -> Path | None:
     """Run a rescue: never in a trial's copy, never raising, never longer than `rescue_seconds`."""
-    trial = sys.modules.get("daifu.core.trial")
-    if trial is not None and trial.active():
+    trial = sys.modules.get("daifu.core.trial")  # half imported by the warm thread: no trial yet
+    if trial is not None and getattr(trial, "active", lambda: False)():
         return None
     try:
         return _Rescue(subject(), settings).run()
