@@ -7,9 +7,13 @@ abandoned: the caller raises `TimedOut` and goes on, the helper is left to finis
 and is never handed work again. So neither a `__repr__` looping in Python nor one blocked in native code
 (waiting on a lock or a socket, sleeping) can hold a crash longer than its deadline.
 
-In the helper, a trace function also raises `TimedOut` at the first Python line run after the deadline,
-so an abandoned call written in Python stops rather than spinning on. Where no thread can be started (a
-trial's sandbox, interpreter shutdown), the call runs in the caller's thread under that trace alone.
+An abandoned call written in Python stops rather than spinning on: the caller, as it abandons the call,
+hands each of the helper's frames running it a trace function that raises `TimedOut` at its next line,
+and a function the helper calls after the deadline raises `TimedOut` as it is entered. Until then no
+Python function runs per line in the helper (a trace per line was half a crash report's time). Where no
+thread can be started (a trial's sandbox, interpreter shutdown), and in a bounded call nested in
+another, nobody waits to abandon the call: it runs in its own thread under a trace that looks at the
+clock at every line.
 A call runs in a copy of the caller's context (`contextvars`), so context-bound settings still apply.
 
 `budget(seconds)` caps the time of all the bounded calls made inside it: a report that meets fifty
@@ -72,6 +76,7 @@ def bounded(function: Callable[..., T], *arguments: Any, seconds: float = DEFAUL
     call: _Call[T] = _Call(function, arguments, deadline)
     helper.calls.put(call)
     if not call.done.wait(max(0.0, deadline - time.monotonic())) and call.abandon():
+        _stop_at_next_line(helper.thread)
         raise TimedOut(f"{_name(function)} took more than {seconds:g} s")
     _Helper.give_back(helper)
     if call.error is not None:
@@ -110,20 +115,39 @@ def _name(function: Callable[..., Any]) -> str:
     return str(getattr(function, "__qualname__", function))
 
 
-def _traced(function: Callable[..., T], arguments: tuple[Any, ...], deadline: float) -> T:
-    """`function(*arguments)` in this thread, raising `TimedOut` at the first Python line after `deadline`."""
+def _traced(function: Callable[..., T], arguments: tuple[Any, ...], deadline: float, lines: bool = True) -> T:
+    """`function(*arguments)` in this thread, raising `TimedOut` in the first Python function entered after
+    `deadline`, and (`lines`) at the first Python line run after it. Without `lines`, the trace is still
+    on, so that a frame handed a trace function later (`_stop_at_next_line`) sees its next line."""
     previous = sys.gettrace()
 
     def watch(frame: FrameType, event: str, arg: Any) -> Any:
         if time.monotonic() > deadline:
             raise TimedOut(f"{_name(function)} ran past its deadline")
-        return watch
+        return watch if lines else None
 
     sys.settrace(watch)
     try:
         return function(*arguments)
     finally:
         sys.settrace(previous)
+
+
+def _stop(frame: FrameType, event: str, arg: Any) -> Any:
+    raise TimedOut("abandoned: the call ran past its deadline")
+
+
+def _stop_at_next_line(thread: threading.Thread) -> None:
+    """Make each frame of the abandoned call the helper `thread` runs raise `TimedOut` at its next line:
+    those above the helper's outermost `_traced`, where the call ends (none once it has ended)."""
+    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
+    stack: list[FrameType] = []
+    while frame is not None:
+        stack.append(frame)
+        frame = frame.f_back
+    outermost = max((i for i, each in enumerate(stack) if each.f_code is _traced.__code__), default=0)
+    for each in stack[:outermost]:
+        each.f_trace = _stop
 
 
 class _Call(Generic[T]):
@@ -142,7 +166,7 @@ class _Call(Generic[T]):
     def run(self) -> bool:
         """Run the call; whether it had been abandoned by the time it ended."""
         try:
-            self.result = self.context.run(_traced, self.function, self.arguments, self.deadline)
+            self.result = self.context.run(_traced, self.function, self.arguments, self.deadline, False)
         except BaseException as error:  # handed to the caller, who raises it
             self.error = error
         with self._lock:

@@ -40,6 +40,7 @@ import signal
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -342,17 +343,19 @@ def _wait(pid: int, pipe: int, capture: Any, started: float, fork_ms: float, bud
             if not chunk:
                 break
             received += chunk
+            if _whole(received) is not None:  # the copy is leaving: its exit is not waited for
+                break
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        _, status = os.waitpid(pid, 0)
+        status = _reap(pid, wait=_whole(received) is None)
     elapsed = time.perf_counter() - started
     output = _tail(capture)
-    if received:
+    data = _whole(received)
+    if data is not None:
         try:
-            data = json.loads(received.decode("utf-8", "replace"))
             return Verdict.from_data({**data, "fork_ms": fork_ms, "output": output})
         except (ValueError, KeyError, TypeError):
             pass
@@ -363,6 +366,34 @@ def _wait(pid: int, pipe: int, capture: Any, started: float, fork_ms: float, bud
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:  # not by us: the verdict pipe had closed
         how += " (SIGKILL: most likely the kernel's OOM killer, whose first choice the trial is)"
     return Verdict(Outcome.FAILED, elapsed, fork_ms, detail=f"the trial process ended with {how}", output=output)
+
+
+def _whole(received: bytes) -> dict[str, Any] | None:
+    """The verdict the copy wrote (one JSON object, written last), once all of it has come; `None`
+    before (a part of an object never parses) or when what came is no verdict."""
+    if not received.rstrip().endswith(b"}"):
+        return None
+    try:
+        data = json.loads(received.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _reap(pid: int, wait: bool) -> int:
+    """The copy's wait status, once it has exited (`wait`); else 0, and a daemon thread reaps it: with
+    its verdict in, the copy is only tearing down the process's memory, which took longer than the
+    trial itself for a small model (the parent resumes meanwhile)."""
+    if not wait:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        try:
+            threading.Thread(target=os.waitpid, args=(pid, 0), name="daifu-reap", daemon=True).start()
+            return 0
+        except RuntimeError:  # no thread can be started (interpreter shutdown): wait here
+            pass
+    return os.waitpid(pid, 0)[1]
 
 
 def _tail(capture: Any, limit: int = 2000) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
+import functools
 import inspect
 import sys
 import types
@@ -228,32 +229,37 @@ def _module_name(module: types.ModuleType) -> str:
 
 def _source_imports(source: str) -> dict[str, str]:
     """Modules the function imports itself (`import numpy as np` in its body), by the names they bind."""
+    return dict(_read_source(source)[0])
+
+
+def _source_callees(source: str, values: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Each callee the source calls by a name or a dotted path on a name, with its live value if known."""
+    for text in _read_source(source)[1]:
+        yield text, _resolve(text, values)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_source(source: str) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """What `source` alone says: the modules it imports (`_source_imports`) and the dotted callees it
+    calls (`_source_callees`), in order. Kept per source: a repeat of a crash parsed it again otherwise."""
     tree = parse_code(source, "the function") if source else None
-    found: dict[str, str] = {}
+    imports: dict[str, str] = {}
+    callees: list[str] = []
     if isinstance(tree, ast.Module):
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                found.update(import_meaning(alias) for alias in node.names)
-    return found
+                imports.update(import_meaning(alias) for alias in node.names)
+            elif isinstance(node, ast.Call) and root_name(node.func) is not None:
+                text = text_of(node.func)
+                if not any(part.startswith("_") for part in text.split(".")[1:]):
+                    callees.append(text)
+    return tuple(imports.items()), tuple(callees)
 
 
 _MISSING = MISSING
 _DATA = DATA
 _UNKNOWN = Sentinel("<unknown>")
 """An attribute that cannot be looked up without running the program's code (`model.fc1`)."""
-
-
-
-def _source_callees(source: str, values: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    """Each callee the source calls by a name or a dotted path on a name, with its live value if known."""
-    tree = parse_code(source, "the function") if source else None
-    if not isinstance(tree, ast.Module):
-        return
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and root_name(node.func) is not None:
-            text = text_of(node.func)
-            if not any(part.startswith("_") for part in text.split(".")[1:]):
-                yield text, _resolve(text, values)
 
 
 def _resolve(text: str, values: Mapping[str, Any]) -> Any:

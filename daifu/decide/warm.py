@@ -40,6 +40,7 @@ FINISH_S = 30.0
 _READY = {
     "daifu.core.sandbox": "unavailable",  # loads libseccomp, which the trial's fork needs
     "daifu.report.build": "prime",  # the platform (read out of the interpreter's binary), the library folders
+    "daifu.decide.allowlist_numeric": "pure_objects",  # thousands of names of torch's and numpy's, read once
 }
 """What is called once a module is loaded, for what the first crash would do first otherwise."""
 
@@ -56,7 +57,8 @@ def modules(settings: config.Settings) -> list[str]:
     """What deciding a crash under `settings` imports that the first vaccination did not."""
     if settings.mode != "automatic":
         return []
-    names = ["daifu.decide.broadcast", "daifu.store.workspace", "daifu.decide.automatic", "daifu.report.build"]
+    names = ["daifu.decide.broadcast", "daifu.store.workspace", "daifu.decide.automatic", "daifu.report.build",
+             "daifu.decide.allowlist_numeric"]
     names.append("repairbot.backends.rules" if settings.bot_url is None else "httpx")
     if settings.approve == "remote":
         names.append("daifu.decide.remote")
