@@ -46,6 +46,8 @@ One module per family of edits, each with `propose(view)`:
   (a def-use chain from the faulty statement back to the first tensor of the iteration holding them);
 - `small_batch`: a batch of one row too few for the statement passed over where it is made (`if len(idx)
   <= 1: continue`), in every later pass too;
+- `unlabeled`: a classification target holding -1 beside every class, read as "no label": the loss's
+  `ignore_index=-1`;
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
   make the missing folder of a write;
 - `site_control`: passing over chosen by what the faulty statement is, whatever the message: the next
@@ -86,6 +88,7 @@ from repairbot.generate import (
     small_batch,
     state_keys,
     structure,
+    unlabeled,
     unread,
 )
 from repairbot.generate.candidate import GeneratedRepair
@@ -115,6 +118,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (ragged.propose, "exceptional_data"),
     (finite_rows.propose, "exceptional_data"),
     (small_batch.propose, "exceptional_data"),
+    (unlabeled.propose, "exceptional_data"),
     (control.propose, "exceptional_data"),
     (site_control.propose, "exceptional_data"),
 ]
