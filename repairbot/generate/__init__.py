@@ -40,6 +40,8 @@ One module per family of edits, each with `propose(view)`:
 - `accumulate`: out of memory in a training step — its forward, loss and backward on micro-batches, the
   gradients accumulated, one optimizer step;
 - `memory`: out of memory — the faulty call re-run on chunks of its batch;
+- `inclusive_draw`: an index drawn by Python's `random.randint(0, len(items))`, whose upper bound is
+  inclusive, lowered by one to the last position;
 - `ragged`: a batch made from a list whose samples differ in shape — the odd samples left out of the list
   (or, integer sequences longer than the rest, cut to their length);
 - `finite_rows`: rows holding NaN or Inf left out of the batch just after the statement that made it
@@ -76,6 +78,7 @@ from repairbot.generate import (
     elements,
     finite_rows,
     graph,
+    inclusive_draw,
     leaves,
     logs,
     lookups,
@@ -111,6 +114,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (leaves.propose, "api_misuse"),
     (logs.propose, "exceptional_data"),
     (lookups.propose, "api_misuse"),
+    (inclusive_draw.propose, "api_misuse"),
     (elements.propose, "api_misuse"),
     (constraints.propose, "api_misuse"),
     (accumulate.propose, "out_of_memory"),
