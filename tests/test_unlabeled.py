@@ -59,7 +59,7 @@ def code_answers(head, batches):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        total += float(loss)
+        total += loss.item()
     return total
 
 
@@ -72,7 +72,7 @@ def code_answers_by_hand(head, batches):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        total += float(loss)
+        total += loss.item()
     return total
 
 
