@@ -226,63 +226,62 @@ def test_a_float_row_longer_than_the_others_is_left_out_not_cut() -> None:
 # -- rows holding NaN, found by a finiteness guard -------------------------------------------------------
 
 
-def fit_readings(model, x_all, y_all, steps, batch):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    rows_trained = 0
-    for step in range(steps):
-        first = (step * batch) % len(x_all)
-        xb, yb = x_all[first:first + batch], y_all[first:first + batch]
-        loss = F.mse_loss(model(xb), yb)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss.item()} at step {step}")
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        rows_trained += len(xb)
-    return rows_trained
+def fit_gauges(model, table, passes, width):
+    """Each window of `width` rows of a gauge table (4 readings, then the target) trains one step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    fitted = 0
+    for cursor in range(0, passes * len(table), width):
+        window = table[cursor % len(table):][:width]
+        readings, target = window[:, :4], window[:, 4:]
+        err = F.mse_loss(model(readings), target)
+        if torch.isnan(err):
+            raise ValueError(f"NaN error at row {cursor}")
+        opt.zero_grad()
+        err.backward()
+        opt.step()
+        fitted += len(window)
+    return fitted
 
 
-def fit_readings_fixed(model, x_all, y_all, steps, batch):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    rows_trained = 0
-    for step in range(steps):
-        first = (step * batch) % len(x_all)
-        xb, yb = x_all[first:first + batch], y_all[first:first + batch]
-        complete = torch.isfinite(xb).all(1) & torch.isfinite(yb).all(1)
-        xb, yb = xb[complete], yb[complete]
-        loss = F.mse_loss(model(xb), yb)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss.item()} at step {step}")
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        rows_trained += len(xb)
-    return rows_trained
+def fit_gauges_by_hand(model, table, passes, width):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    fitted = 0
+    for cursor in range(0, passes * len(table), width):
+        window = table[cursor % len(table):][:width]
+        window = window[~torch.isnan(window).any(1)]
+        readings, target = window[:, :4], window[:, 4:]
+        err = F.mse_loss(model(readings), target)
+        if torch.isnan(err):
+            raise ValueError(f"NaN error at row {cursor}")
+        opt.zero_grad()
+        err.backward()
+        opt.step()
+        fitted += len(window)
+    return fitted
 
 
-def readings() -> tuple[torch.Tensor, torch.Tensor]:
+def gauge_table() -> torch.Tensor:
+    """200 rows; three hold a gauge that read nothing (NaN): two in the window at row 40, one in that at 160."""
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(200, 4, generator=generator)
-    y = x.sum(1, keepdim=True)
-    x[43, 2] = x[45, 0] = x[161, 1] = float("nan")  # readings exported as '?': in the batches of steps 2 and 8
-    return x, y
+    readings = torch.randn(200, 4, generator=generator)
+    table = torch.cat([readings, readings.sum(1, keepdim=True)], 1)
+    table[43, 2] = table[45, 0] = table[161, 4] = float("nan")
+    return table
 
 
-def readings_model() -> nn.Module:
+def gauge_model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Linear(4, 1)
 
 
 def test_rows_holding_nan_are_left_out_where_the_batch_is_made_not_at_the_guard() -> None:
-    x, y = readings()
-    suggestions = analyse(build_report(crash_from(fit_readings, readings_model(), x, y, 20, 20)))[1]
+    suggestions = analyse(build_report(crash_from(fit_gauges, gauge_model(), gauge_table(), 2, 20)))[1]
     [best] = [s for s in suggestions if "_daifu_finite" in s.code]
     lines = best.code.splitlines()
-    made = lines.index("        xb, yb = x_all[first:first + batch], y_all[first:first + batch]")
+    made = lines.index("        window = table[cursor % len(table):][:width]")
     assert lines[made + 1:made + 3] == [
-        "        _daifu_finite = torch.isfinite(xb).reshape(len(xb), -1).all(1) & "
-        "torch.isfinite(yb).reshape(len(yb), -1).all(1)",
-        "        xb, yb = xb[_daifu_finite], yb[_daifu_finite]"]
+        "        _daifu_finite = torch.isfinite(window).reshape(len(window), -1).all(1)",
+        "        window = window[_daifu_finite]"]
     kinds = [s.kind for s in suggestions]
     assert kinds.index("skip_iteration") > suggestions.index(best)
 
@@ -290,17 +289,16 @@ def test_rows_holding_nan_are_left_out_where_the_batch_is_made_not_at_the_guard(
 @needs_trials
 def test_automatic_mode_leaves_out_the_nan_rows_of_every_batch_within_the_budget(
         workspace: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    """The NaN rows come back in later batches (both passes over the data): the surgery holds for them, and
-    the budget weighs the 6 rows it drops in 4 batches by their number (at most a batch's 20), not as 4
-    batches passed over."""
-    x, y = readings()
-    model = readings_model()
-    rows = daifu.transform(fresh(fit_readings))(model, x, y, 20, 20)
-    fixed = readings_model()
-    assert rows == fit_readings_fixed(fixed, x, y, 20, 20) == 400 - 6
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fixed.parameters()))
+    """The NaN rows come back in later windows (both passes over the table): the surgery holds for them, and
+    the budget weighs the 6 rows it drops in 4 windows by their number (at most a window's 20), not as 4
+    windows passed over."""
+    model = gauge_model()
+    fitted = daifu.transform(fresh(fit_gauges))(model, gauge_table(), 2, 20)
+    by_hand = gauge_model()
+    assert fitted == fit_gauges_by_hand(by_hand, gauge_table(), 2, 20) == 400 - 6
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), by_hand.parameters()))
     [repair] = applied(workspace)
-    assert repair["decision"] == "Surgery" and "xb, yb = xb[_daifu_finite], yb[_daifu_finite]" in repair["code"]
+    assert repair["decision"] == "Surgery" and "window = window[_daifu_finite]" in repair["code"]
     said = capfd.readouterr().err
     assert "passed over 6 samples in 4 steps" in said and "budget" not in said, said
 

@@ -547,8 +547,11 @@ def probe_firing(found: Probe, fdef: ast.FunctionDef, path: Path, namespace: Map
 
 
 def _remaining(iterator: Any) -> int | None:
-    """How many items a standard library iterator has left (`__length_hint__`); `None` for any other
-    (a DataLoader's iterator hints its whole length, not what is left)."""
+    """How many items the loop's iterator has left: a standard library iterator's `__length_hint__`; a
+    DataLoader's iterator's batches less those it has yielded (its own count, `_num_yielded`: its hint is
+    its whole length); `None` for any other (a generator tells neither)."""
+    if iterator is not None and type(iterator).__module__ == "torch.utils.data.dataloader":
+        return _loader_remaining(iterator)
     if iterator is None or type(iterator).__module__ not in ("builtins", "itertools"):
         return None
     try:
@@ -558,3 +561,14 @@ def _remaining(iterator: Any) -> int | None:
     return hint if isinstance(hint, int) and hint >= 0 else None
 
 
+def _loader_remaining(iterator: Any) -> int | None:
+    """The batches a DataLoader's iterator has left in its pass, read from its own storage (its count of
+    batches yielded) and its length; `None` where either is missing (an iterable dataset without one)."""
+    try:
+        yielded = object.__getattribute__(iterator, "__dict__").get("_num_yielded")
+        total = len(iterator)
+    except Exception:  # no length: where in the pass cannot be told
+        return None
+    if type(yielded) is not int or not 0 <= yielded <= total:
+        return None
+    return total - yielded

@@ -6,8 +6,12 @@ evaluates must read the program's state and compute from it, nothing else. So th
 allowlist, not Python:
 
 - names (the frame's locals, its globals, the builtins), constants, tuple and list displays, slices;
-- a list comprehension `[expression for name in sequence]` over a list or tuple of at most `MAX_ITEMS`
-  items, its expression evaluated by these same rules for each item (the rows a batch is built from);
+- a list comprehension `[expression for name in sequence]` (or `for a, b in sequence`) over a list or
+  tuple of at most `MAX_ITEMS` items, or the items of a one-dimensional tensor or array of as many, its
+  expression evaluated by these same rules for each item (the rows a batch is built from);
+- an item read by its index from a list, tuple or dict of any length (`MAX_STORE` keys for a dict),
+  named or an attribute: the store a batch's samples are looked up in (`[clips[k] for k in picks]`)
+  is read one item at a time, never copied, described or computed with whole;
 - attribute reads from an object's own storage: a module's namespace, a tensor's or an array's
   metadata (`shape`, `dtype`...), a `torch.nn.Module`'s submodules, parameters, buffers and plain
   attributes, a plain object's instance dictionary — never a property, a descriptor or `__getattr__`;
@@ -40,6 +44,8 @@ MAX_ELEMENTS = 1 << 22
 """Elements of a tensor or array DaiFu computes with; a bigger one is only described."""
 MAX_ITEMS = 256
 """Items of a list or tuple DaiFu builds or reads."""
+MAX_STORE = 1 << 16
+"""Keys of a dict DaiFu looks one item up in (its keys' types are checked first, one by one)."""
 
 FUNCTIONS = {
     "torch": "from_numpy as_tensor tensor cat concat stack flatten squeeze unsqueeze reshape transpose permute "
@@ -126,7 +132,7 @@ class Evaluator:
         if isinstance(node, ast.Attribute):
             return self._attribute(self.value(node.value), node.attr)
         if isinstance(node, ast.Subscript):
-            return self._subscript(self.value(node.value), self.value(node.slice))
+            return self._subscript(self._store(node.value), self.value(node.slice))
         if isinstance(node, ast.Slice):
             parts = [self.value(p) if p is not None else None for p in (node.lower, node.upper, node.step)]
             return slice(*parts)
@@ -148,16 +154,48 @@ class Evaluator:
         raise Unsafe(type(node).__name__)
 
     def _list_comprehension(self, node: ast.ListComp) -> list[Any]:
-        """`[expression for name in sequence]`: the expression evaluated for each item of a list or tuple, in a
-        scope where `name` is that item (a fresh evaluator each time: values are cached by node)."""
+        """`[expression for name in sequence]`: the expression evaluated for each item of a list or tuple (or
+        of a one-dimensional tensor or array), in a scope where `name` is that item — `for a, b in pairs`
+        unpacks each pair — with a fresh evaluator each time (values are cached by node)."""
         loop = node.generators[0]
-        if len(node.generators) != 1 or loop.ifs or loop.is_async or not isinstance(loop.target, ast.Name):
+        names = _target_names(loop.target)
+        if len(node.generators) != 1 or loop.ifs or loop.is_async or names is None:
             raise Unsafe("a comprehension other than [expression for name in sequence]")
-        items = self.value(loop.iter)
-        if type(items) not in (list, tuple) or len(items) > MAX_ITEMS:
-            raise Unsafe("a comprehension over something other than a short list or tuple")
-        name = loop.target.id
-        return [Evaluator({**self.scope, name: item}, self.globals, self._functions).value(node.elt) for item in items]
+        items = self._items(self.value(loop.iter))
+        found = []
+        for item in items:
+            if isinstance(loop.target, ast.Name):
+                bound = {loop.target.id: item}
+            elif type(item) in (list, tuple) and len(item) == len(names):
+                bound = dict(zip(names, item))
+            else:
+                raise Unsafe("an item that does not unpack into the comprehension's names")
+            found.append(Evaluator({**self.scope, **bound}, self.globals, self._functions).value(node.elt))
+        return found
+
+    def _items(self, sequence: Any) -> list[Any] | tuple[Any, ...]:
+        """What a comprehension walks: a short list or tuple, or the items of a short one-dimensional tensor
+        or array (iterating one reads it, nothing more)."""
+        if type(sequence) in (list, tuple) and len(sequence) <= MAX_ITEMS:
+            return sequence  # type: ignore[no-any-return]
+        if self._array(sequence) and getattr(sequence, "ndim", 0) == 1 and _elements(sequence) <= MAX_ITEMS:
+            self._computable(sequence)
+            return list(sequence)
+        raise Unsafe("a comprehension over something other than a short list, tuple or vector")
+
+    def _store(self, node: ast.expr) -> Any:
+        """The value a subscript reads from: as `value`, but a list, tuple or dict named or read as an
+        attribute may be of any length — one item is looked up in it (`_subscript`), it is never admitted
+        as a value of the statement."""
+        if isinstance(node, ast.Name):
+            found = self._name(node.id)
+        elif isinstance(node, ast.Attribute):
+            found = self._attribute(self._store(node.value), node.attr)
+        else:
+            return self.value(node)
+        if type(found) in (list, tuple, dict):
+            return found
+        return self.value(node)
 
     def _name(self, name: str) -> Any:
         if is_secret_key(name):
@@ -198,9 +236,11 @@ class Evaluator:
         raise Unsafe(f"no stored attribute {name}")
 
     def _subscript(self, base: Any, index: Any) -> Any:
+        if type(base) in (list, tuple):
+            index = self._position(index)
         if type(base) in (list, tuple) and type(index) in (int, slice):
             return base[index]
-        if type(base) is dict and type(index) in (str, int) and len(base) <= MAX_ITEMS \
+        if type(base) is dict and type(index) in (str, int) and len(base) <= MAX_STORE \
                 and all(type(key) in (str, int) for key in base):  # no key of the program's compared
             return base[index]
         if self._array(base):
@@ -212,6 +252,17 @@ class Evaluator:
                     raise Unsafe("an index of another type")
             return self._with_no_grad(operator.getitem, base, index)
         raise Unsafe("a subscript of another type")
+
+    def _position(self, index: Any) -> Any:
+        """A list's index as an int where it is one integer held by a 0-d tensor on the CPU or by a NumPy
+        integer (an item of the indices a comprehension walks); else `index` itself."""
+        torch = self.torch
+        if torch is not None and type(index) is torch.Tensor and index.dim() == 0 and index.device.type == "cpu" \
+                and not index.is_floating_point() and not index.is_complex() and index.dtype != torch.bool:
+            return int(index)
+        if self.numpy is not None and is_a(index, self.numpy.integer):
+            return int(index)
+        return index
 
     def _call(self, node: ast.Call) -> Any:
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
@@ -379,6 +430,15 @@ def _data_descriptor(cls: type, name: str) -> bool:
     """Whether the class defines `name` as a property or another descriptor that takes precedence."""
     found = inspect.getattr_static(cls, name, None)
     return found is not None and (hasattr(type(found), "__set__") or hasattr(type(found), "__delete__"))
+
+
+def _target_names(target: ast.expr) -> list[str] | None:
+    """The names a comprehension's target binds: one name, or a tuple of names; `None` for any other."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
+        return [e.id for e in target.elts if isinstance(e, ast.Name)]
+    return None
 
 
 def _loaded(node: ast.expr) -> bool:

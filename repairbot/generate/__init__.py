@@ -40,12 +40,16 @@ One module per family of edits, each with `propose(view)`:
 - `accumulate`: out of memory in a training step — its forward, loss and backward on micro-batches, the
   gradients accumulated, one optimizer step;
 - `memory`: out of memory — the faulty call re-run on chunks of its batch;
+- `inclusive_draw`: an index drawn by Python's `random.randint(0, len(items))`, whose upper bound is
+  inclusive, lowered by one to the last position;
 - `ragged`: a batch made from a list whose samples differ in shape — the odd samples left out of the list
   (or, integer sequences longer than the rest, cut to their length);
 - `finite_rows`: rows holding NaN or Inf left out of the batch just after the statement that made it
   (a def-use chain from the faulty statement back to the first tensor of the iteration holding them);
 - `small_batch`: a batch of one row too few for the statement passed over where it is made (`if len(idx)
   <= 1: continue`), in every later pass too;
+- `unlabeled`: a classification target holding -1 beside every class, read as "no label": the loss's
+  `ignore_index=-1`;
 - `control`: skip the iteration for bad data, retry (after growing waits) for transient faults,
   make the missing folder of a write;
 - `site_control`: passing over chosen by what the faulty statement is, whatever the message: the next
@@ -74,6 +78,7 @@ from repairbot.generate import (
     elements,
     finite_rows,
     graph,
+    inclusive_draw,
     leaves,
     logs,
     lookups,
@@ -86,6 +91,7 @@ from repairbot.generate import (
     small_batch,
     state_keys,
     structure,
+    unlabeled,
     unread,
 )
 from repairbot.generate.candidate import GeneratedRepair
@@ -108,6 +114,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (leaves.propose, "api_misuse"),
     (logs.propose, "exceptional_data"),
     (lookups.propose, "api_misuse"),
+    (inclusive_draw.propose, "api_misuse"),
     (elements.propose, "api_misuse"),
     (constraints.propose, "api_misuse"),
     (accumulate.propose, "out_of_memory"),
@@ -115,6 +122,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (ragged.propose, "exceptional_data"),
     (finite_rows.propose, "exceptional_data"),
     (small_batch.propose, "exceptional_data"),
+    (unlabeled.propose, "exceptional_data"),
     (control.propose, "exceptional_data"),
     (site_control.propose, "exceptional_data"),
 ]

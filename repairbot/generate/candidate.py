@@ -34,6 +34,7 @@ CUTS_SEQUENCES = "cuts the sequences longer than the batch's others to their len
 REPLACES_DATA = "replaces the out-of-range values of this batch by 0 (conventionally the unknown or padding id)"
 REPLACES_NONFINITE = "replaces the NaN and Inf values of this iteration's data by 0"
 CUTS_ROWS = "leaves rows of a batch out (it rebinds a name to a part of itself)"
+IGNORES_UNLABELED = "leaves the rows labelled -1 (no label) out of the loss (`ignore_index`)"
 INTRODUCES_JUMP = "passes over work where the `continue`, `break` or `return` it introduces runs"
 DISCARDS_STATE = "discards trained state (a layer or an optimizer is made anew)"
 _BUILTINS = frozenset(dir(builtins))

@@ -35,6 +35,7 @@ from repairbot.generate.candidate import (
     CUTS_SEQUENCES,
     DISCARDS_STATE,
     DROPS_ELEMENTS,
+    IGNORES_UNLABELED,
     INTRODUCES_JUMP,
     PASSES_ITEM,
     REPLACES_DATA,
@@ -54,7 +55,7 @@ MAX_CANDIDATES = MAX_SUGGESTIONS
 _WAIT_CODE_START = wait_code(0).splitlines()[0]
 """How a wait's code (`signs.wait_code`) starts: it binds no other name."""
 LEVELS = {"": giving_up.NOTHING, SKIPS_REPORT: giving_up.REPORT, DROPS_ELEMENTS: giving_up.ROWS,
-          CUTS_ROWS: giving_up.ROWS, CUTS_SEQUENCES: giving_up.ROWS, REPLACES_DATA: giving_up.ROWS,
+          CUTS_ROWS: giving_up.ROWS, IGNORES_UNLABELED: giving_up.ROWS, CUTS_SEQUENCES: giving_up.ROWS, REPLACES_DATA: giving_up.ROWS,
           REPLACES_NONFINITE: giving_up.ROWS, ROUNDS_DOWN: giving_up.ROWS, PASSES_ITEM: giving_up.ITERATION,
           SKIPS_ITERATION: giving_up.ITERATION, INTRODUCES_JUMP: giving_up.ITERATION,
           SKIPS_STATEMENT: giving_up.STATEMENT, DISCARDS_STATE: giving_up.STATE}
