@@ -26,6 +26,8 @@ One module per family of edits, each with `propose(view)`:
   dicts indexed by a key;
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy, a
   tensor autograd saved and then changed in place copied (`.clone()`) where it is made;
+- `grad_mode`: gradient tracking left off (the report's `grad_enabled`) when `backward()` finds no graph:
+  turned on where the iteration starts, and its forward pass made again;
 - `leaves`: an in-place change of a leaf that requires grad (`w.clamp_`, `w -= lr * w.grad`) made in
   `torch.no_grad()` (or on `.data`);
 - `logs`: a NaN or Inf made by `log` of a tensor holding zeros (an entropy of a sharpened softmax): the
@@ -73,6 +75,7 @@ from repairbot.generate import (
     dtypes,
     elements,
     finite_rows,
+    grad_mode,
     graph,
     leaves,
     logs,
@@ -105,6 +108,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (shapes.propose, "tensor_mismatch"),
     (unread.propose, "tensor_mismatch"),
     (graph.propose, "api_misuse"),
+    (grad_mode.propose, "api_misuse"),
     (leaves.propose, "api_misuse"),
     (logs.propose, "exceptional_data"),
     (lookups.propose, "api_misuse"),
