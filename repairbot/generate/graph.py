@@ -5,7 +5,10 @@
   carried value that requires grad is detached where the iteration first reads it
   (`hidden = tuple(t.detach() for t in hidden)`), and, failing that, where the iteration starts: the
   failed backward may have freed this iteration's graph too on its way, so the forward pass must be
-  built again from before every statement whose graph it went through. The run resumes at the new
+  built again from before every statement whose graph it went through. A carried tensor is also
+  detached where it is read below the last statement that may bind it (`probe(cached[idx])` ->
+  `probe(cached.detach()[idx])` under `if cached is None: cached = encoder(x)`): no statement deciding
+  whether the value is made runs again. The run resumes at the new
   statement; the re-run rule judges what runs again, and the trial refuses a detach that stops
   training a part of the model (`daifu.core.trained`).
 - "modified by an inplace operation": a tensor autograd saved for the backward pass (an activation's
@@ -106,6 +109,25 @@ def _carried(view: View) -> Iterator[GeneratedRepair | None]:
             yield make.changed(view, edits.insert_before(view, top, line),
                                said + "detach it where the iteration starts, and make its forward pass again (the "
                                "failed backward freed what it went through).", FAMILY, 1)
+        if view.is_tensor(name):
+            yield make.changed(view, _detached_reads(view, name),
+                               said + "detach it where this iteration's computation reads it, below the last "
+                               "statement that may bind it (that one does not run again).", FAMILY, 1)
+
+
+def _detached_reads(view: View, name: str) -> str | None:
+    """The source with each read of `name` written `name.detach()` in the statements of the faulty statement's
+    block (itself included) after the last one that may bind `name`: a `.detach()` that re-runs no statement
+    deciding whether the value is made (`if cached is None: cached = encoder(x)`)."""
+    found = view.block()
+    if found is None:
+        return None
+    statements, index = found
+    binders = [i for i, node in enumerate(statements[: index + 1]) if name in bound_names(node)]
+    start = binders[-1] + 1 if binders else 0
+    reads = [n for node in statements[start : index + 1] for n in ast.walk(node)
+             if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    return edits.replace(view, [(n, f"{name}.detach()") for n in reads]) if reads else None
 
 
 def _copied_where_made(view: View) -> Iterator[GeneratedRepair | None]:
