@@ -25,7 +25,8 @@ One module per family of edits, each with `propose(view)`:
 - `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
   dicts indexed by a key;
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy, a
-  tensor autograd saved and then changed in place copied (`.clone()`) where it is made;
+  tensor autograd saved and then changed in place copied (`.clone()`) where it is made, a value made before an
+  optimizer's step and read after it made again where it is read;
 - `grad_mode`: gradient tracking left off (the report's `grad_enabled`) when `backward()` finds no graph:
   turned on where the iteration starts, and its forward pass made again;
 - `leaves`: an in-place change of a leaf that requires grad (`w.clamp_`, `w -= lr * w.grad`) made in
