@@ -28,7 +28,7 @@ One module per family of edits, each with `propose(view)`:
   tensor autograd saved and then changed in place copied (`.clone()`) where it is made, a value made before an
   optimizer's step and read after it made again where it is read;
 - `grad_mode`: gradient tracking left off (the report's `grad_enabled`) when `backward()` finds no graph:
-  turned on where the iteration starts, and its forward pass made again;
+  turned on before the iteration's forward pass, which is made again;
 - `leaves`: an in-place change of a leaf that requires grad (`w.clamp_`, `w -= lr * w.grad`) made in
   `torch.no_grad()` (or on `.data`);
 - `logs`: a NaN or Inf made by `log` of a tensor holding zeros (an entropy of a sharpened softmax): the
