@@ -110,6 +110,9 @@ class Environment(BaseModel):
     torch: str | None = None
     cuda: str | None = None
     devices: list[Device] = Field(default_factory=list)
+    grad_enabled: bool | None = None
+    """Whether autograd recorded operations in the crashed thread when the crash was reported
+    (`torch.is_grad_enabled()`): off, a loss has no graph to go backward through."""
 
 
 class Attempt(BaseModel):

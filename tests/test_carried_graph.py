@@ -7,6 +7,10 @@ candidate detaches the carried value where the iteration first reads it:
 - a running mean of the features, used as the target of the next batches and updated after the step
   without `.detach()`: detached, every layer still trains, and the run ends as the program that
   detaches it from the start;
+- features an encoder computes once, on the first pass, for a probe trained on them (`if cached is None:
+  cached = encoder(x)`): detaching them where the pass first reads them would run that `if` again, which
+  the re-run rule refuses; detached where the loss reads them, below it, the probe trains as in the program
+  that detaches them from the start;
 - a context vector a layer computes once and the loop carries: detaching it stops that layer's
   training for good; the trial sees that no step changes the layer's parameters while others do, the
   repair is refused with that reason, and the crash goes on as without DaiFu.
@@ -65,6 +69,21 @@ def fit_context(model, optimizer, batches):
     return loss.item()
 
 
+def fit_probe(model, optimizer, batches):
+    cached = None
+    x_all = torch.cat([x for x, _ in batches])
+    y_all = torch.cat([y for _, y in batches])
+    for step in range(len(batches)):
+        if cached is None:
+            cached = torch.tanh(model.inp(x_all))
+        rows = torch.arange(step * 8, step * 8 + 8)
+        loss = F.cross_entropy(model.out(cached[rows]), y_all[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
 def batches() -> list[tuple[Any, Any]]:
     generator = torch.Generator().manual_seed(8)
     x = torch.randn(96, 3, generator=generator)
@@ -89,6 +108,25 @@ def test_a_carried_running_mean_is_detached_and_every_layer_still_trains(automat
     exec(inspect.getsource(fit_centred).replace(anchor, "        centre = centre.detach()\n" + anchor),
          fit_centred.__globals__, namespace)
     fixed_loss, fixed_model = run(namespace["fit_centred"])
+    assert loss == fixed_loss
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), fixed_model.parameters(), strict=True))
+
+
+def test_features_cached_on_the_first_pass_are_detached_where_the_loss_reads_them(automatic) -> None:
+    def run_probe(program: Any) -> tuple[float, Any]:
+        torch.manual_seed(9)
+        model = Cell()
+        optimizer = torch.optim.Adam(model.out.parameters(), lr=0.01)
+        return program(model, optimizer, batches()), model
+
+    loss, model = run_probe(daifu.transform(fresh(fit_probe)))
+    repairs = automatic()
+    assert [r["decision"] for r in repairs] == ["Surgery"]
+    assert "model.out(cached.detach()[rows])" in repairs[0]["code"]
+    namespace: dict[str, Any] = {}
+    exec(inspect.getsource(fit_probe).replace("model.out(cached[rows])", "model.out(cached.detach()[rows])"),
+         fit_probe.__globals__, namespace)
+    fixed_loss, fixed_model = run_probe(namespace["fit_probe"])
     assert loss == fixed_loss
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), fixed_model.parameters(), strict=True))
 

@@ -286,3 +286,22 @@ def test_a_branch_run_again_that_computes_its_own_values_is_applied(automatic, t
     plain_loss = namespace["fit_balanced"](plain_model, torch.optim.SGD(plain_model.parameters(), lr=0.1), data() * 2, [0])
     assert loss == pytest.approx(plain_loss, rel=1e-6)
     assert all(torch.allclose(p, q, atol=1e-7) for p, q in zip(model.parameters(), plain_model.parameters(), strict=True))
+
+
+def test_below_inserted_statements_the_first_statement_run_again_may_draw_again() -> None:
+    """Statements a repair inserts never ran; the first statement below them that runs again makes its value
+    again, as a changed statement does: its model's dropout and its random draws are not held against it, those
+    of the statements after it are."""
+    import ast
+
+    from daifu.decide.rerun_effects import rerun_effects
+    from daifu.decide.reruns import Rerun
+
+    names = {"model": model_of("dropout"), "x": torch.ones(2, 4), "torch": torch}
+    body = ast.parse("torch.set_grad_enabled(True)\nout = model(x)\nnoise = torch.randn(3)\n").body
+    found = [Rerun(1, "", body[0], new=True), Rerun(2, "", body[1]), Rerun(3, "", body[2])]
+    assert rerun_effects(found, names, {}) == [
+        "line 3 calls `torch.randn`, which draws random numbers: they come out different the second time"]
+    body = ast.parse("out = model(x)\nagain = model(x)\n").body
+    assert rerun_effects([Rerun(1, "", body[0]), Rerun(2, "", body[1])], names, {}) == [
+        "line 2 calls `model` in training mode, which draws random numbers for its dropout"]

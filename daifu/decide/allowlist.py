@@ -39,6 +39,11 @@ program that reaches the system itself (`daifu.decide.allowlist_reach`). One exc
 own data: a read of the program's (`torch.load(path)`) pointed at another existing file, written out,
 in the folder of the path the name held.
 
+A call the crashed statement made is admitted when the repair makes it again with the same arguments
+(`daifu.decide.made_calls`: literals and locals holding immutable values, none of which the repair binds):
+it reaches what the program reached (`torch.load(path, weights_only=True)` kept in the fix of the statement
+whose `load_state_dict` raised on the keys it returned).
+
 The language the check reads is kept small enough to read: assignments, expression statements, `if`,
 `for`, `assert`, `raise`, `pass`, `break`, `continue`, `return`, `del` of names the code binds,
 `import` of `IMPORTS`, `with` of `CONTEXT_MANAGERS`, `try` whose handlers name specific exceptions;

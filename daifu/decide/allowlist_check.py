@@ -522,11 +522,19 @@ class Checker:
                               f"network: {found}")
 
     def _module_call(self, node: ast.Call, path: str, text: str) -> None:
-        if not self.context.admits(path):
+        if not self.context.admits(path) and not self._made_again(node):
             self.refuse(node, f"calls `{text}` ({path}), which is not on the allowlist")
             return
         if path == "time.sleep":
             self._sleep(node)
+
+    def _made_again(self, node: ast.Call) -> bool:
+        """Whether `node` is a call the crashed statement made, with the same arguments, none of whose
+        names the code binds or imports (`daifu.decide.made_calls`): it reaches what the program reached."""
+        if ast.dump(node) not in self.context.made_calls:
+            return False
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        return not any(self._own(name) or name in self.imports for name in names)
 
     def _name_call(self, node: ast.Call, func: ast.Name) -> None:
         name = func.id

@@ -39,6 +39,7 @@ from daifu.decide.allowlist_check import import_meaning, parse_code, root_name, 
 from daifu.decide.allowlist_numeric import pure_objects, tensor_methods
 from daifu.decide.allowlist_system import system_attributes
 from daifu.decide.allowlist_tables import CALLS, CONTAINER_TYPES, MODULE_ALIASES
+from daifu.decide.made_calls import made_calls
 from daifu.report.build import is_library
 
 
@@ -60,6 +61,8 @@ class Context:
         with, `copy`, `add`, are admitted only on a name known to hold a tensor or array).
     callees: for each user function on the crash's stack below the vaccinated one, the target a
         `patch_function` names it by (`sys.modules['m'].f`) and its own context.
+    made_calls: the calls the crashed statement made that a repair may make again with the same arguments
+        (`ast.dump` of each; `daifu.decide.made_calls`), whatever they reach.
     values: the names the frame sees with their live values, looked into only where no code runs.
     module: the name of the function's module (what is defined there is the program's own).
     """
@@ -77,6 +80,7 @@ class Context:
     pure: Mapping[int, str] = dataclasses.field(default_factory=dict, repr=False)
     methods: frozenset[str] = dataclasses.field(default_factory=frozenset, repr=False)
     callees: Mapping[str, Context] = dataclasses.field(default_factory=dict)
+    made_calls: frozenset[str] = frozenset()
     values: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     module: str = ""
 
@@ -126,7 +130,7 @@ def context_for(crash: Crash) -> Context:
         callees[target] = build_context(
             "".join(lines), {**frame.f_globals, **frame.f_locals}, name if isinstance(name, str) else "", first
         )
-    return dataclasses.replace(context, callees=callees)
+    return dataclasses.replace(context, callees=callees, made_calls=made_calls(crash))
 
 
 def _callee_frames(crash: Crash) -> Iterator[types.FrameType]:

@@ -53,8 +53,11 @@ _RANDOM = re.compile(r"rand|dropout|normal|bernoulli|multinomial|poisson|gumbel|
 """Names of functions and methods that draw random numbers."""
 _MISSING = object()
 _DRAWS = ", which draws random numbers: they come out different the second time"
-"""Said of a random draw run again; the statement a repair changes is judged without it: a fix where a
+"""Said of a random draw run again; the first statement that runs again (the one a repair changes, or the
+one below the statements it inserts) is judged without it, and without a model's dropout: a fix where a
 value is made has to make the value again, random or not (the program's random stream is one draw on)."""
+_DROPOUT = "in training mode, which draws random numbers for its dropout"
+"""Said of a model with dropout called again; as a random draw, not said of the first statement run again."""
 _CONSTRUCTORS = ("tensor", "as_tensor", "from_numpy")
 """torch's functions that make a tensor from the values given, beside its operators."""
 
@@ -66,6 +69,7 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
     before: set[str] = set()
     known = _Known(pure_objects(), tensor_methods(), _grad_modes() | _resets())
     writes = [bound_names(r.node, imports=False) if r.node is not None else set() for r in found]
+    remade = next((i for i, r in enumerate(found) if not r.new), None)
     for index, rerun in enumerate(found):
         if rerun.node is None:
             problems.append(f"line {rerun.lineno}: DaiFu cannot read it")
@@ -82,7 +86,7 @@ def rerun_effects(found: list[Rerun], names: Mapping[str, Any], module: Mapping[
             continue
         for root in roots:
             problems += [f"line {rerun.lineno} {why}" for why in _effects(root, names, module, before, known)
-                         if index > 0 or not why.endswith(_DRAWS)]
+                         if index != remade or not why.endswith((_DRAWS, _DROPOUT))]
         before |= writes[index]
     return list(dict.fromkeys(problems))
 
@@ -274,7 +278,7 @@ def _model_effect(value: Any) -> str | None:
     for inner in value.modules():
         kind = type(inner).__name__
         if "Dropout" in kind or (isinstance(getattr(inner, "dropout", 0), float) and inner.dropout > 0):
-            return "in training mode, which draws random numbers for its dropout"
+            return _DROPOUT
         if getattr(inner, "track_running_stats", False) and getattr(inner, "momentum", 1) != 0:
             return "in training mode, which updates its batch statistics again"
     return ""

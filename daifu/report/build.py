@@ -147,13 +147,15 @@ def _shown(function: FunctionInfo) -> FunctionInfo:
 
 
 def environment() -> Environment:
-    """Python, PyTorch and CUDA versions, and each GPU's free memory, if PyTorch is loaded."""
+    """Python, PyTorch and CUDA versions, each GPU's free memory, and whether gradient tracking is on in
+    this thread (the crash's: the report is built where it was caught), if PyTorch is loaded."""
     env = Environment(python=platform.python_version(), platform=platform_name())
     torch = sys.modules.get("torch")
     if torch is None:
         return env
     env.torch = str(torch.__version__)
     env.cuda = torch.version.cuda
+    env.grad_enabled = bool(torch.is_grad_enabled())
     try:
         if torch.cuda.is_available():
             env.devices = [_device(torch, index) for index in range(torch.cuda.device_count())]

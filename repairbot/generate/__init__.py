@@ -25,7 +25,10 @@ One module per family of edits, each with `propose(view)`:
 - `structure`: a tuple where a tensor belongs (`[k]`), a module where its parameters belong, a list of
   dicts indexed by a key;
 - `graph`: autograd's graph — state carried across iterations detached, `.detach()`/`.cpu()` before NumPy, a
-  tensor autograd saved and then changed in place copied (`.clone()`) where it is made;
+  tensor autograd saved and then changed in place copied (`.clone()`) where it is made, a value made before an
+  optimizer's step and read after it made again where it is read;
+- `grad_mode`: gradient tracking left off (the report's `grad_enabled`) when `backward()` finds no graph:
+  turned on before the iteration's forward pass, which is made again;
 - `leaves`: an in-place change of a leaf that requires grad (`w.clamp_`, `w -= lr * w.grad`) made in
   `torch.no_grad()` (or on `.data`);
 - `logs`: a NaN or Inf made by `log` of a tensor holding zeros (an entropy of a sharpened softmax): the
@@ -77,6 +80,7 @@ from repairbot.generate import (
     dtypes,
     elements,
     finite_rows,
+    grad_mode,
     graph,
     inclusive_draw,
     leaves,
@@ -111,6 +115,7 @@ FAMILIES: list[tuple[Family, str]] = [
     (shapes.propose, "tensor_mismatch"),
     (unread.propose, "tensor_mismatch"),
     (graph.propose, "api_misuse"),
+    (grad_mode.propose, "api_misuse"),
     (leaves.propose, "api_misuse"),
     (logs.propose, "exceptional_data"),
     (lookups.propose, "api_misuse"),

@@ -5,7 +5,10 @@
   carried value that requires grad is detached where the iteration first reads it
   (`hidden = tuple(t.detach() for t in hidden)`), and, failing that, where the iteration starts: the
   failed backward may have freed this iteration's graph too on its way, so the forward pass must be
-  built again from before every statement whose graph it went through. The run resumes at the new
+  built again from before every statement whose graph it went through. A carried tensor is also
+  detached where it is read below the last statement that may bind it (`probe(cached[idx])` ->
+  `probe(cached.detach()[idx])` under `if cached is None: cached = encoder(x)`): no statement deciding
+  whether the value is made runs again. The run resumes at the new
   statement; the re-run rule judges what runs again, and the trial refuses a detach that stops
   training a part of the model (`daifu.core.trained`).
 - "modified by an inplace operation": a tensor autograd saved for the backward pass (an activation's
@@ -14,7 +17,10 @@
   faulty one, the value is made a copy where it is made (`h = model.encoder(x).clone()`): the change
   then goes to the copy, the saved tensor stays as autograd left it, and the gradient is the same
   (a copy's gradient is the identity). The run resumes at that statement, so the forward pass from
-  there is made again; the re-run rule judges what that runs a second time.
+  there is made again; the re-run rule judges what that runs a second time. When the tensor changed in
+  place is a weight an optimizer's step updated (`opt_d.step()` between `d_fake = disc(fake)` and the
+  generator's `loss_g = bce(d_fake, ones)`), each value made by a call before the step and read after it
+  is made again where it is read (`bce(disc(fake), ones)`), with the new weights.
 - "Can't call numpy() on Tensor that requires grad" / "can't convert cuda:0 device type tensor to
   numpy": `.detach()` (and `.cpu()`) before the conversion, on each tensor of the statement that needs it;
   and, as an action, the tensor rebound detached before the statement runs again, when nothing after the
@@ -52,6 +58,7 @@ def propose(view: View) -> Iterator[GeneratedRepair | None]:
         yield from _carried(view)
     if view.says(_CHANGED_SAVED):
         yield from _copied_where_made(view)
+        yield from _made_again_after_step(view)
     device = view.says(_NUMPY_DEVICE)
     if view.says(_NUMPY_GRAD) or device:
         yield from _to_numpy(view, ".detach().cpu()" if device else ".detach()")
@@ -106,6 +113,25 @@ def _carried(view: View) -> Iterator[GeneratedRepair | None]:
             yield make.changed(view, edits.insert_before(view, top, line),
                                said + "detach it where the iteration starts, and make its forward pass again (the "
                                "failed backward freed what it went through).", FAMILY, 1)
+        if view.is_tensor(name):
+            yield make.changed(view, _detached_reads(view, name),
+                               said + "detach it where this iteration's computation reads it, below the last "
+                               "statement that may bind it (that one does not run again).", FAMILY, 1)
+
+
+def _detached_reads(view: View, name: str) -> str | None:
+    """The source with each read of `name` written `name.detach()` in the statements of the faulty statement's
+    block (itself included) after the last one that may bind `name`: a `.detach()` that re-runs no statement
+    deciding whether the value is made (`if cached is None: cached = encoder(x)`)."""
+    found = view.block()
+    if found is None:
+        return None
+    statements, index = found
+    binders = [i for i, node in enumerate(statements[: index + 1]) if name in bound_names(node)]
+    start = binders[-1] + 1 if binders else 0
+    reads = [n for node in statements[start : index + 1] for n in ast.walk(node)
+             if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    return edits.replace(view, [(n, f"{name}.detach()") for n in reads]) if reads else None
 
 
 def _copied_where_made(view: View) -> Iterator[GeneratedRepair | None]:
@@ -127,6 +153,61 @@ def _copied_where_made(view: View) -> Iterator[GeneratedRepair | None]:
                            f"`{name}` is changed in place (line {node.lineno - 1 + view.site.first_lineno}) after "
                            "autograd saved it for the backward pass: make it a copy where it is made, so the change "
                            "goes to the copy; the forward pass is made again from there.", FAMILY, 1)
+
+
+def _made_again_after_step(view: View) -> Iterator[GeneratedRepair | None]:
+    """Each tensor made by a call before an optimizer's step in the interrupted iteration, and read after the
+    step up to the faulty statement, made again by the same call where it is read: with the weights the step
+    changed in place, whose old values autograd saved for it."""
+    statement, loop = view.statement, trace.interrupted_loop(view)
+    if statement is None or loop is None:
+        return
+    inner = [n for s in loop.body for n in ast.walk(s) if isinstance(n, ast.stmt)]
+    steps = [n.lineno for n in inner if _optimizer_step(view, n) and n.lineno < statement.lineno]
+    if not steps:
+        return
+    changes: list[tuple[ast.AST, str]] = []
+    made: list[str] = []
+    for node in inner:
+        if not steps[-1] < node.lineno <= statement.lineno or isinstance(node, _COMPOUND):
+            continue
+        for read in (n for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)):
+            value = _made_before_step(view, read.id, node, steps[-1])
+            if value is not None:
+                changes.append((read, edits.atom(view, value)))
+                made.append(read.id)
+    if changes:
+        names = ", ".join(f"`{name}`" for name in dict.fromkeys(made))
+        yield make.changed(view, edits.replace(view, changes),
+                           f"{names} was made before the optimizer's step changed the weights it was computed "
+                           "with, in place; make it again where it is read after the step, with the new weights.",
+                           FAMILY, 1)
+
+
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
+
+
+def _optimizer_step(view: View, node: ast.stmt) -> bool:
+    """Whether `node` is `opt.step()` on a name the report describes as an optimizer (it has param groups)."""
+    call = node.value if isinstance(node, ast.Expr) else None
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"
+            and isinstance(call.func.value, ast.Name) and "groups" in view.facts(call.func.value.id))
+
+
+def _made_before_step(view: View, name: str, use: ast.stmt, step_line: int) -> ast.expr | None:
+    """The call that made `name` for `use`, when it is a tensor that requires grad, made in the interrupted
+    iteration before the step at `step_line`, from names that still hold what they held then."""
+    if not (view.is_tensor(name) and view.facts(name).get("requires_grad")):
+        return None
+    link = trace.definition(view, name, use)
+    if link is None or link.kind != "assign" or not link.reruns or not isinstance(link.value, ast.Call) \
+            or link.statement.lineno >= step_line:
+        return None
+    for read in trace.reads(link.value):
+        now, then = trace.definition(view, read, use), trace.definition(view, read, link.statement)
+        if (now.statement if now else None) is not (then.statement if then else None):
+            return None
+    return link.value
 
 
 def _changed_in_place(node: ast.stmt) -> str | None:
