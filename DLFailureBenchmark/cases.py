@@ -52,8 +52,8 @@ SCENARIOS = {
     "nondeterministic": "non-deterministic runtime error",
     "large_model": "larger model, fault mid-training",
 }
-SETS = ("tuned", "holdout", "realistic", "blind1", "blind2")
-BLIND_SETS = ("blind1", "blind2")
+SETS = ("tuned", "holdout", "realistic", "blind1", "blind2", "blind3")
+BLIND_SETS = ("blind1", "blind2", "blind3")
 """Sets whose first automatic run is their figure: only a selection that names them (`--set`, `--case`) runs them."""
 
 
