@@ -361,8 +361,9 @@ NAMES = [pytest.param(name, marks=() if name in SAMPLE else pytest.mark.e2e) for
 
 def selected_programs(items: list[pytest.Item]) -> set[str]:
     """The programs this session's tests of this file check: only their flows are run."""
+    here = Path(__file__).resolve()
     return {item.callspec.params["name"] for item in items
-            if item.path == Path(__file__) and hasattr(item, "callspec") and "name" in item.callspec.params}
+            if item.path.resolve() == here and hasattr(item, "callspec") and "name" in item.callspec.params}
 
 
 def jobs(programs: set[str]) -> dict[str, Callable[[Session, Path], list[Run]]]:

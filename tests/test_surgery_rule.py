@@ -398,7 +398,9 @@ def _above(old: Version, path: Path, level: int) -> int | None:
     pytest.param(range(10), (250, 140, 5), id="sample"),
     pytest.param(range(40), (500, 300, 20), id="all", marks=pytest.mark.e2e),
 ])
-def test_a_surgery_above_the_crash_resumes_at_it_at_every_nesting_level(seeds: range, least: tuple[int, int, int]) -> None:
+def test_a_surgery_above_the_crash_resumes_at_it_at_every_nesting_level(
+    seeds: range, least: tuple[int, int, int],
+) -> None:
     """Differential: in generated functions, for a run interrupted at each statement, a one-line
     surgery of a statement before it at each level of its path (its own block, each enclosing
     block): the run resumes at the changed statement when that is in the interrupted iteration
