@@ -36,6 +36,7 @@ def crash_from(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Crash:
             statement=_statement("".join(lines), first, lineno),
             kind="statement",
             locals=dict(frame.f_locals),
+            globals=frame.f_globals,
             attempt=1,
             tried=[],  # the runtime's own account, which a decider adds to through its context
         )

@@ -245,6 +245,16 @@ def test_names_a_branch_binds_before_it_reads_them_are_made_afresh() -> None:
         "line 1 reads `p`, which the repeated statements already changed"]
 
 
+def test_the_limits_of_a_dtype_and_what_a_value_is_only_compute() -> None:
+    """`torch.finfo(p.dtype).tiny` (a log kept off 0), `torch.is_tensor`, the default dtype: read again, the
+    same; setting the random seed again is not."""
+    names = {"torch": torch, "p": torch.rand(3)}
+    assert _judged("q = p.clamp_min(torch.finfo(p.dtype).tiny)\nsmall = torch.iinfo(torch.int8).min\n"
+                   "ok = torch.is_tensor(p)\nd = torch.get_default_dtype()\n", names) == []
+    assert _judged("torch.manual_seed(0)\n", names) == [
+        "line 1 calls `torch.manual_seed`, which DaiFu cannot tell only computes"]
+
+
 def fit_balanced(model, optimizer, data, seen):
     for step, (x, rows) in enumerate(data):
         labels = torch.tensor(rows)

@@ -8,7 +8,8 @@ live object a name stands for (`from numpy import median as med` makes `med` adm
 - torch: every ATen operator torch exposes (`torch.X` that is `torch._C._VariableFunctions.X`:
   `torch.median`, `torch.where`, `torch.cat`) and the Python functions of `torch.functional`
   (`torch.einsum`, `torch.norm`), less `torch.from_file` (it reads a file); every public function of
-  `torch.linalg`, `torch.fft`, `torch.special`, `torch.nn.functional` and `torch.nn.init`;
+  `torch.linalg`, `torch.fft`, `torch.special`, `torch.nn.functional` and `torch.nn.init`; and
+  `TORCH_DESCRIPTIONS` (`torch.finfo`, `torch.is_tensor`, `torch.get_default_dtype`);
 - numpy: every ufunc (`np.exp`, `np.isfinite`), `NUMPY_FUNCTIONS` (`np.median`, `np.percentile`,
   `np.concatenate`; not `np.load`, `np.fromfile`, `np.save`, `np.loadtxt`, `np.genfromtxt`), the scalar
   and array types of `NUMPY_TYPES`, and every public function of `numpy.linalg` and `numpy.fft`;
@@ -72,6 +73,14 @@ NUMPY_TYPES = frozenset(
 )
 """numpy's scalar and array types: conversions (`np.float32(x)`) and `isinstance` checks."""
 
+TORCH_DESCRIPTIONS = frozenset(
+    "finfo iinfo is_tensor is_storage get_default_dtype is_grad_enabled is_inference_mode_enabled "
+    "is_autocast_enabled Size dtype device".split()
+)
+"""torch's callables beside its operators that describe a value, a dtype or the modes in force and change
+nothing: the limits of a dtype (`torch.finfo(p.dtype).tiny`, what keeps a log off 0), whether a value is a
+tensor, the default dtype, a size, a dtype or a device made from its description."""
+
 NOT_PURE_METHODS = frozenset(
     "apply_ map_ map2_ register_hook register_post_accumulate_grad_hook backward share_memory_ is_shared storage "
     "storage_type untyped_storage data_ptr const_data_ptr record_stream pin_memory set_ as_subclass module_load "
@@ -115,6 +124,9 @@ def _pure_items() -> Iterator[tuple[str, Any]]:
             value = names.get(name)
             if not name.startswith("_") and name not in READS_A_FILE and value is getattr(operators, name, None):
                 yield f"torch.{name}", value
+        for name in TORCH_DESCRIPTIONS:
+            if name in names:
+                yield f"torch.{name}", names[name]
         functional = _namespace(sys.modules.get("torch.functional"))
         for name in functional.get("__all__", ()):
             if isinstance(name, str) and name in functional and names.get(name) is functional[name]:

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from repairbot.generate import edits, make, usage
 from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
+from repairbot.names import bound_names
 from repairbot.protocol import Lookup
 
 FAMILY = "lookups"
@@ -109,6 +110,20 @@ def nearest(wanted: str, kinds: dict[str, str], needed: set[str] | None, python:
     return scored[0][1]
 
 
+def unqualified(wanted: str, kinds: dict[str, str], needed: set[str] | None) -> str | None:
+    """The one key whose words are those of `wanted` less the words no key of the mapping has: a mapping
+    whose keys say no split (`loss`, `accuracy`, an evaluation's own metrics) asked `val_acc` holds its
+    `accuracy`. The words that remain must all match, both ways (never `train_acc` for `val_acc`: `train`
+    is matched by nothing; never `loss`)."""
+    words = _words(wanted)
+    own = [w for w in words if any(_same_word(w, o) for name in kinds for o in _words(name))]
+    if len(own) == len(words) or not any(len(w) >= _ABBREVIATION for w in own):
+        return None
+    found = [name for name in kinds if (needed is None or usage.category(kinds[name]) in needed)
+             and not name.startswith("_") and _matched(own, _words(name)) and _matched(_words(name), own)]
+    return found[0] if len(found) == 1 else None
+
+
 def _numbered_apart(a: str, b: str) -> bool:
     """Whether two names differ only in their numbers (`fc1`, `fc2`): two things, not a typo of one."""
     return re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
@@ -157,12 +172,20 @@ def _keys(view: View, lookup: Lookup) -> Iterator[GeneratedRepair | None]:
 def _subscript(view: View, lookup: Lookup, node: ast.Subscript, wanted: object) -> Iterator[GeneratedRepair | None]:
     kinds = _str_keys(lookup)
     needed = usage.expected(view, node) or _siblings(view, lookup, kinds)
-    if isinstance(wanted, str) and isinstance(node.slice, ast.Constant):
-        new = nearest(wanted, kinds, needed)
+    asked = _asked_alike(view, node)
+    if isinstance(wanted, str) and asked:
+        new = nearest(wanted, kinds, needed) or unqualified(wanted, kinds, needed)
         if new is not None:
-            yield make.changed(view, edits.replace(view, [(node.slice, repr(new))]),
-                               f"`{lookup.expression}` has no key {lookup.wanted}; it has {new!r} "
-                               f"({kinds[new]}).", FAMILY, 2 if needed is not None else 1)
+            yield make.changed(view, edits.replace(view, [(place, repr(new)) for place in asked]),
+                               f"`{lookup.expression}` has no key {lookup.wanted}{_computed(view, node)}; it has "
+                               f"{new!r} ({kinds[new]}){_elsewhere(asked)}.", FAMILY, 2 if needed is not None else 1)
+            if isinstance(node.slice, ast.Name) and view.variable(node.slice.id) is None:
+                constant = node.slice.id
+                yield make.action(view, f"{constant} = {new!r}",
+                                  f"`{lookup.expression}` has no key {lookup.wanted}, the value of the module's "
+                                  f"`{constant}`; it has {new!r} ({kinds[new]}): set `{constant}` to it. This "
+                                  f"changes module state: every reader of `{constant}` in the module sees {new!r} "
+                                  "from now on.", FAMILY, 1)
     if not _bookkeeping(lookup):
         return
     container, key = edits.text(view, node.value), edits.text(view, node.slice)
@@ -181,6 +204,51 @@ def _subscript(view: View, lookup: Lookup, node: ast.Subscript, wanted: object) 
         yield make.changed(view, edits.replace(view, [(node, f"{edits.atom(view, node.value)}.get({key}, {default})")]),
                            f"{lookup.wanted} is not in `{lookup.expression}` (yet); the value is only reported: "
                            f"report {default} for it.", FAMILY, 1)
+
+
+def _asked_alike(view: View, node: ast.Subscript) -> list[ast.expr]:
+    """The keys to write as the key the mapping holds: a constant key at the faulty statement; a key computed
+    from module names the function never binds (a module constant, a module setting's attribute, an f-string
+    of them), which is the same key wherever and whenever the function asks it, at each subscript of the same
+    mapping by the same expression. None for a key that may vary: from a local (a loop variable's f-string)
+    or a parameter (another call asks another key)."""
+    if isinstance(node.slice, ast.Constant):
+        return [node.slice]
+    fdef = view.fdef
+    if fdef is None or not _steady(node.slice) or {n.id for n in ast.walk(node.slice)
+                                                   if isinstance(n, ast.Name)} & _rebound(fdef):
+        return []
+    container, key = edits.text(view, node.value), edits.text(view, node.slice)
+    return [n.slice for n in ast.walk(fdef) if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load)
+            and edits.text(view, n.value) == container and edits.text(view, n.slice) == key]
+
+
+def _steady(node: ast.expr) -> bool:
+    """Whether a key expression only reads: names, attributes, constants and f-strings of them."""
+    if isinstance(node, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _steady(node.value)
+    if isinstance(node, ast.JoinedStr):
+        return all(_steady(v.value if isinstance(v, ast.FormattedValue) else v) for v in node.values)
+    return False
+
+
+def _rebound(fdef: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The names the function binds, declares global or takes as parameters: a key read from one of them may
+    change within a call or from one call to the next."""
+    declared = {name for n in ast.walk(fdef) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+    parameters = {a.arg for a in ast.walk(fdef.args) if isinstance(a, ast.arg)}
+    return bound_names(fdef, nested=True) | declared | parameters
+
+
+def _computed(view: View, node: ast.Subscript) -> str:
+    return "" if isinstance(node.slice, ast.Constant) else \
+        f" (the value of `{edits.text(view, node.slice)}`, which is left as it is)"
+
+
+def _elsewhere(asked: list[ast.expr]) -> str:
+    return f": read it at the {len(asked)} places that ask it" if len(asked) > 1 else ""
 
 
 def _format_field(view: View, node: ast.AST, lookup: Lookup) -> tuple[ast.Constant, str] | None:

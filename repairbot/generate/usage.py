@@ -118,10 +118,23 @@ def _into_numbers(view: View, call: ast.Call) -> bool:
     return empty or _appended_to(view, call) == {NUMBER}
 
 
+def _a_record(view: View, item: ast.AST, call: ast.Call) -> bool:
+    """Whether `call` appends `item`, a record of named fields (`{"step": step, "f1": f1}`), to a list of
+    such records or to a list still empty (a history of evaluations being started)."""
+    if not (isinstance(item, ast.Dict) and item.keys and all(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                                                             for k in item.keys)):
+        return False
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return False
+    empty = view.type_of(func.value.id) == "list" and view.facts(func.value.id).get("len") == 0
+    return empty or _appended_to(view, call) == {MAPPING}
+
+
 def reported(view: View, node: ast.AST) -> bool:
     """Whether `node`'s value, where the statement uses it, only goes into a report of the run: an
     argument of a print or a logger, a field of an f-string or of `str.format`, a `%` format's values, an
-    item appended to a list of numbers."""
+    item appended to a list of numbers, a field of a record appended to a list of records."""
     current = node
     while True:
         parent = view.parent(current)
@@ -133,7 +146,7 @@ def reported(view: View, node: ast.AST) -> bool:
             name = parent.func.attr if isinstance(parent.func, ast.Attribute) else getattr(parent.func, "id", "")
             if name in REPORTERS or name in ("format", "format_map"):
                 return True
-            if name == "append" and _into_numbers(view, parent):
+            if name == "append" and (_into_numbers(view, parent) or _a_record(view, current, parent)):
                 return True
             if name not in ("float", "round", "int", "str", "abs"):
                 return False
