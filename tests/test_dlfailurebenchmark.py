@@ -4,9 +4,11 @@ Each case's programs run in their own processes, as in a full run: the buggy pro
 expected, the recorded repair is replayed and recovers it, the rules bot is asked in automatic
 mode, the checkpoint-retry baseline is timed, and the table and results are written, then drawn.
 Both cases run in one benchmark run, as a person would start it (their timings are not what is checked).
-The default run has its representative: `--replay-only` on the surgery case (the fixed, buggy and replay
-runs, the results written). The full `--quick` subset (five cases, with the overhead measure) is the
-benchmark's own, run by hand.
+`--replay-only` on the surgery case (the fixed, buggy and replay runs, the results written: three
+fresh interpreters, 40 s of CPU on a loaded machine) is under `e2e` too; the default run keeps the replay
+of recorded repairs through `daifu replay` (tests/test_cli.py, tests/test_seed_programs.py) and the
+benchmark's case sets and outcomes in process (tests/test_dlfb_sets.py, tests/test_dlfb_outcomes.py).
+The full `--quick` subset (five cases, with the overhead measure) is the benchmark's own, run by hand.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def benchmark(*options: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.torch
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_case_replayed_crashes_as_expected_and_recovers(tmp_path: Path) -> None:
     case = next(iter(CASES))
     done = benchmark("--replay-only", "--case", case, "--out", str(tmp_path))

@@ -395,8 +395,8 @@ needs_trials = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no t
 
 
 @pytest.mark.torch
-@pytest.mark.slow
-@pytest.mark.parametrize("fallback", ["raise", pytest.param("auto", marks=pytest.mark.e2e)])  # auto: its trials
+@pytest.mark.e2e  # a training job of its own; the default run keeps the decision through the API below
+@pytest.mark.parametrize("fallback", ["raise", "auto"])
 def test_past_the_deadline_the_process_falls_back(url: str, tmp_path: Path, fallback: str) -> None:
     with job(url, tmp_path, DAIFU_REMOTE_DEADLINE="3", DAIFU_REMOTE_FALLBACK=fallback) as running:
         repair = running.pending()
@@ -415,7 +415,7 @@ def test_past_the_deadline_the_process_falls_back(url: str, tmp_path: Path, fall
 
 
 @pytest.mark.torch
-@pytest.mark.slow
+@pytest.mark.e2e  # a training job of its own; the default run keeps the decision through the API below
 def test_ctrl_c_ends_the_wait_and_propagates(url: str, tmp_path: Path) -> None:
     with job(url, tmp_path) as running:
         repair = running.pending()
@@ -547,7 +547,7 @@ def test_without_a_service_the_process_falls_back_at_once(capsys: pytest.Capture
 
 
 @pytest.mark.torch
-@pytest.mark.slow
+@pytest.mark.e2e  # a service and a training job of their own
 def test_ctrl_c_on_serve_returns_though_a_dead_jobs_poll_is_still_held(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAIFU_")}
     env.update(DAIFU_REPAIRBOT_TOKEN=TOKEN, PYTHONPATH=str(Path(__file__).resolve().parent.parent))

@@ -90,6 +90,7 @@ def test_a_person_sees_the_crash_and_its_diff_clicks_apply_and_the_run_finishes_
     assert "decided: apply suggestion 1 (surgery)" in history and "alice" in history
 
 
+@pytest.mark.e2e  # a training job of its own; the default run keeps the apply above
 def test_reject_lets_the_original_exception_go_on(url: str, context: Any, tmp_path: Path) -> None:
     with job(url, tmp_path) as running:
         repair = running.pending()
@@ -105,6 +106,7 @@ def test_reject_lets_the_original_exception_go_on(url: str, context: Any, tmp_pa
     assert "reject: the exception goes on" in page.inner_text("#status")
 
 
+@pytest.mark.e2e  # a training job of its own; the default run keeps the apply above
 def test_a_bad_edit_is_refused_with_the_reason_and_nothing_is_applied(url: str, context: Any, tmp_path: Path) -> None:
     with job(url, tmp_path) as running:
         repair = running.pending()
@@ -136,6 +138,7 @@ def test_a_bad_edit_is_refused_with_the_reason_and_nothing_is_applied(url: str, 
     assert "refused, nothing applied: the runtime refuses this surgery" in running.stderr
 
 
+@pytest.mark.e2e  # a training job of its own; the default run keeps the apply above
 def test_past_the_deadline_the_job_falls_back_and_the_page_says_so(url: str, context: Any, tmp_path: Path) -> None:
     with job(url, tmp_path, DAIFU_REMOTE_DEADLINE="6", DAIFU_REMOTE_FALLBACK="auto") as running:
         repair = running.pending()

@@ -14,7 +14,9 @@ torch = pytest.importorskip("torch")
 
 import daifu  # noqa: E402
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+# A 2-rank torchrun job: the default run keeps the rescue in one process (tests/test_rescue.py) and the
+# 2-rank repair (tests/test_distributed.py); this one runs under e2e.
+pytestmark = [pytest.mark.torch, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "rescue_training.py"

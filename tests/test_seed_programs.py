@@ -19,7 +19,8 @@ Each program is run in three flows, each in a fresh copy of its folder, with no 
 Every run is a process of its own. By default they are forked from one process that has imported
 torch (`tests/seed_runner.py`), two at a time, all before the first test asks for them, which
 keeps the whole file within seconds; `DAIFU_SEED_TESTS=1` (and `DAIFU_SEED_PROTOTYPE`) starts
-each run as a new `python` instead, as a person's shell would.
+each run as a new `python` instead, as a person's shell would. The README's test command checks four
+of the programs (`SAMPLE`), `-m e2e` the other six; only the flows of the programs selected are run.
 """
 
 from __future__ import annotations
@@ -351,13 +352,27 @@ def _program_flow(run: Callable[[Session, str, Path], list[Run]], name: str, ses
     return run(session, name, base)
 
 
-def jobs() -> dict[str, Callable[[Session, Path], list[Run]]]:
-    """Every flow to run, by name (`<flow>:<program>`); the DaiFu-only ones not against the prototype."""
+SAMPLE = ("scope_restore", "plays_list", "numbered_repairs", "unanswered_crash")
+"""The programs of the default run: a scope the prototype resolves, an action then a surgery, three numbered
+repairs, a crash left unanswered. The others run under the `e2e` marker (CI)."""
+
+NAMES = [pytest.param(name, marks=() if name in SAMPLE else pytest.mark.e2e) for name in sorted(PROGRAMS)]
+
+
+def selected_programs(items: list[pytest.Item]) -> set[str]:
+    """The programs this session's tests of this file check: only their flows are run."""
+    here = Path(__file__).resolve()
+    return {item.callspec.params["name"] for item in items
+            if item.path.resolve() == here and hasattr(item, "callspec") and "name" in item.callspec.params}
+
+
+def jobs(programs: set[str]) -> dict[str, Callable[[Session, Path], list[Run]]]:
+    """Every flow to run for `programs`, by name (`<flow>:<program>`); the DaiFu-only ones not against the prototype."""
     found: dict[str, Callable[[Session, Path], list[Run]]] = {}
     flows: dict[str, Callable[[Session, str, Path], list[Run]]] = {"repeated": repeated_flow}
     if not PROTOTYPE:
         flows.update(plain=plain_flow, replay=replay_flow)
-    for name in PROGRAMS:
+    for name in sorted(programs):
         for flow, run in flows.items():
             found[f"{flow}:{name}"] = functools.partial(_program_flow, run, name)
     found["lock"] = lock_flow
@@ -367,13 +382,13 @@ def jobs() -> dict[str, Callable[[Session, Path], list[Run]]]:
 
 
 @pytest.fixture(scope="module")
-def flows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Run]]:
-    """Every flow's runs, run once for the whole file, `PARALLEL` at a time."""
+def flows(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict[str, list[Run]]:
+    """The runs of every flow the selected tests check, run once for the whole file, `PARALLEL` at a time."""
     base = tmp_path_factory.mktemp("seed")
     scratch = Path(tempfile.mkdtemp(dir=base))
     runner: Runner = ForkRunner(scratch) if FORKED else SubprocessRunner()
     session = Session(runner)
-    todo = jobs()
+    todo = jobs(selected_programs(request.session.items))
     try:
         with ThreadPoolExecutor(PARALLEL) as pool:
             started = {}
@@ -405,7 +420,7 @@ def check_run(run: Run, expected: Outcome) -> None:
         assert run.copies[0][1] == run.record
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("name", NAMES)
 def test_plain_python_crashes_as_designed_or_runs(name: str, flows: dict[str, list[Run]]) -> None:
     expected = PROGRAMS[name]
     (run,) = flow(flows, f"plain:{name}")
@@ -415,17 +430,17 @@ def test_plain_python_crashes_as_designed_or_runs(name: str, flows: dict[str, li
         assert run.status == 0 and run.result == expected.result, run.explain()
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("name", NAMES)
 def test_recorded_repairs_replay_as_in_the_prototype(name: str, flows: dict[str, list[Run]]) -> None:
     check_run(flow(flows, f"repeated:{name}")[0], PROGRAMS[name])
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("name", NAMES)
 def test_daifu_replay_command_runs_the_seed_record(name: str, flows: dict[str, list[Run]]) -> None:
     check_run(flow(flows, f"replay:{name}")[0], PROGRAMS[name])
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("name", NAMES)
 def test_repeated_experiments_leave_one_record_copy_per_run(name: str, flows: dict[str, list[Run]]) -> None:
     """Each run leaves its own record copy, read as one run's record; the record holds the last run."""
     expected = PROGRAMS[name]

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYER = ("daifu.decide.automatic", "repairbot.backends.rules", "daifu.core.trial")
 
@@ -66,12 +68,14 @@ def test_automatic_mode_loads_the_decision_layer_and_the_program_sees_nothing_of
     assert automatic.stderr == "" and plain.stderr == ""
 
 
+@pytest.mark.e2e  # a fresh interpreter importing torch; the default run keeps the loading and the fork
 def test_no_loading_without_torch(tmp_path: Path) -> None:
     done = run(tmp_path, TRAIN.replace("import torch\n", "").replace("torch.", "__import__('torch')."), "automatic")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "warming: False None []"
 
 
+@pytest.mark.e2e  # a fresh interpreter importing torch; the default run keeps the loading and the fork
 def test_configuring_automatic_mode_after_vaccinating_starts_the_loading(tmp_path: Path) -> None:
     code = TRAIN.replace("started = any(", "daifu.configure(mode='automatic')\nstarted = any(")
     done = run(tmp_path, code, "interactive")
@@ -79,6 +83,7 @@ def test_configuring_automatic_mode_after_vaccinating_starts_the_loading(tmp_pat
     assert done.stdout.splitlines()[-1] == f"warming: True None {list(LAYER)!r}"
 
 
+@pytest.mark.e2e  # a fresh interpreter importing torch; the default run keeps the loading and the fork
 def test_a_failing_load_does_not_surface_and_the_first_crash_says_what_it_misses(tmp_path: Path) -> None:
     crash = TRAIN + textwrap.dedent("""
         @daifu.transform
@@ -101,6 +106,7 @@ def test_a_failing_load_does_not_surface_and_the_first_crash_says_what_it_misses
     assert lines[0] == run(tmp_path, TRAIN, "interactive").stdout.splitlines()[0]
 
 
+@pytest.mark.e2e  # a fresh interpreter importing torch; the default run keeps the loading and the fork
 def test_nothing_is_imported_while_a_module_body_runs(tmp_path: Path) -> None:
     (tmp_path / "trainer.py").write_text(textwrap.dedent("""
         import sys
