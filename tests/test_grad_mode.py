@@ -15,18 +15,19 @@ from typing import Any
 
 import pytest
 
-import daifu
-from daifu.core import trial
-from daifu.report.build import build_report
-from repairbot.generate import generate
-from tests.botfixtures import crash_from
-from tests.copies import fresh
 from tests.extras import BOT
 
 for _package in BOT:
     pytest.importorskip(_package)
 
 torch = pytest.importorskip("torch")
+
+import daifu
+from daifu.core import trial
+from daifu.report.build import build_report
+from repairbot.generate import generate
+from tests.botfixtures import crash_from
+from tests.copies import fresh
 nn = torch.nn
 F = torch.nn.functional
 

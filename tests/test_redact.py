@@ -221,7 +221,7 @@ def test_no_planted_secret_reaches_the_bot_the_record_or_daifu_report(
     assert report["function"]["source"].count("\n") == inspect.getsource(service_call).count("\n")
     callee = report["frames"][1]
     assert callee["function"] == "open_session" and 'session_key = "<redacted:secret>"' in callee["source"]
-    assert set(report["environment"]) == {"python", "platform", "torch", "cuda", "devices"}
+    assert set(report["environment"]) == {"python", "platform", "torch", "cuda", "devices", "grad_enabled"}
     assert "The crash report sent to the repair bot" in shown and "<redacted:" in shown
 
 

@@ -1,7 +1,7 @@
 """Python error on a live object (encoder + k-NN probe): the probe's feature list holds only None.
 
 The periodic k-NN probe needs the encoder's features; `forward_batch` returns them only when
-asked (`with_features`), to spare memory in training. The run's settings were copied from a
+asked (`with_features`), to spare memory in training. The run's settings were taken over from a
 memory-tight run that turned `probe_features` off, so every feature comes back None and
 `torch.cat` of the list fails at the first probe.
 
