@@ -260,9 +260,15 @@ def test_where_a_data_loaders_workers_cannot_be_read_from_the_copy_the_verdict_s
     with pytest.raises(RuntimeError):
         train(loader, model, optimizer)
     verdict = found[0]
-    assert verdict.passed and [it.index for it in verdict.iterations] == [0], verdict.describe()
+    # A batch a worker had already delivered into the loader's memory (out of order) is read in the copy
+    # without its pipe; how many there are depends on the workers' timing. The first one that needs a
+    # worker's pipe ends the horizon, and the verdict says why.
+    indices = [it.index for it in verdict.iterations]
+    assert verdict.passed and indices == list(range(len(indices))), verdict.describe()
     assert "the loop's next item could not be read in the copy" in verdict.ended
-    assert "no iteration past the crash" in verdict.describe() and "sealed in the copy" in verdict.describe()
+    assert "sealed in the copy" in verdict.describe()
+    if indices == [0]:
+        assert "no iteration past the crash" in verdict.describe()
 
 
 def test_a_loss_is_judged_against_the_crashed_iteration_as_the_repair_left_it_too() -> None:
