@@ -61,6 +61,15 @@ def automatic_embedded(tmp_path: Path) -> Callable[[], list[dict[str, Any]]]:
 
 
 @pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Path]:
+    """Automatic mode with the embedded offline bot, its records in the returned folder, and trials given
+    60 s: the per-sample programs' trials run several iterations, slowly on a loaded machine."""
+    daifu.configure(mode="automatic", approve="auto", bot_url=None, workspace=str(tmp_path / "ws"), trial_seconds=60)
+    yield tmp_path / "ws"
+    daifu.configure(mode=None, approve=None, bot_url=None, workspace=None, trial_seconds=None)
+
+
+@pytest.fixture
 def decide() -> Callable[..., list[daifu.Crash]]:
     """Install a policy that answers crashes with the given decisions in order; returns the crashes seen.
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -104,13 +103,6 @@ def test_a_draw_made_in_the_statement_is_bounded_by_the_last_position() -> None:
 def test_a_bound_that_is_not_the_length_of_what_it_indexes_is_left_alone() -> None:
     suggestions = analyse(build_report(crash_from(mix_past_a_window, net(), prompts(), 200, 0, 12)))[1]
     assert all("randint(0, window - 1)" not in (s.code or "") for s in suggestions)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Any:
-    daifu.configure(mode="automatic", approve="auto", bot_url=None, workspace=str(tmp_path / "ws"), trial_seconds=60)
-    yield tmp_path / "ws"
-    daifu.configure(mode=None, approve=None, bot_url=None, workspace=None, trial_seconds=None)
 
 
 @needs_trials

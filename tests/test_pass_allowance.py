@@ -105,13 +105,6 @@ def test_the_last_batch_of_each_pass_over_a_dataloader_is_the_same_place_of_a_ne
     assert budget.exceeded_by(account, first)  # the same pass again
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Any:
-    daifu.configure(mode="automatic", approve="auto", bot_url=None, workspace=str(tmp_path / "ws"), trial_seconds=60)
-    yield tmp_path / "ws"
-    daifu.configure(mode=None, approve=None, bot_url=None, workspace=None, trial_seconds=None)
-
-
 @needs_trials
 def test_automatic_mode_passes_over_the_one_row_batch_of_every_round_over_a_dataloader(
         workspace: Path, capfd: pytest.CaptureFixture[str]) -> None:

@@ -38,13 +38,6 @@ needs_trials = pytest.mark.skipif(unavailable() is not None, reason=f"no trials:
 FEATURES, BATCH = 6, 16
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Any:
-    daifu.configure(mode="automatic", approve="auto", bot_url=None, workspace=str(tmp_path / "ws"), trial_seconds=60)
-    yield tmp_path / "ws"
-    daifu.configure(mode=None, approve=None, bot_url=None, workspace=None, trial_seconds=None)
-
-
 def applied(workspace: Path) -> list[dict[str, Any]]:
     path = workspace / "repairs.jsonl"
     entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -104,13 +103,6 @@ def test_the_indices_walked_are_filtered_by_the_length_of_what_they_look_up() ->
     suggestions = analyse(build_report(crash_from(fit_clips, clip_model(), clips, kinds, 40)))[1]
     assert suggestions[0].kind == "surgery", [s.kind for s in suggestions]
     assert "        picks = [k for k in picks if len(clips[k]) == 12]\n" in suggestions[0].code
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Any:
-    daifu.configure(mode="automatic", approve="auto", bot_url=None, workspace=str(tmp_path / "ws"), trial_seconds=60)
-    yield tmp_path / "ws"
-    daifu.configure(mode=None, approve=None, bot_url=None, workspace=None, trial_seconds=None)
 
 
 @needs_trials

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -90,13 +89,6 @@ def test_a_target_holding_minus_one_beside_every_class_is_given_the_loss_ignore_
 def test_labels_numbered_one_too_low_are_not_read_as_unlabeled() -> None:
     suggestions = analyse(build_report(crash_from(code_answers, head(), survey(6, 10, shift=1))))[1]
     assert all("ignore_index" not in (s.code or "") for s in suggestions)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Any:
-    daifu.configure(mode="automatic", approve="auto", bot_url=None, workspace=str(tmp_path / "ws"), trial_seconds=60)
-    yield tmp_path / "ws"
-    daifu.configure(mode=None, approve=None, bot_url=None, workspace=None, trial_seconds=None)
 
 
 @needs_trials
