@@ -1,10 +1,10 @@
 """Scores made before an optimizer's step and read after it: made again where they are read, with the new weights.
 
-A critic scores real and generated points, its loss steps its optimizer (changing its weights in place),
+A critic scores generated and real points (a Wasserstein-style gap of means), its loss steps its optimizer (changing its weights in place),
 then the generator's loss reads the critic's scores of the generated points made before that step: its
 backward raises torch's own "one of the variables needed for gradient computation has been modified by an
 inplace operation". In automatic mode the embedded bot's candidate scores the generated points again where
-the generator's loss reads them (`critic(fake)`), keeping the graph through the generator: the run ends with
+the generator's loss reads them (`critic(made)`), keeping the graph through the generator: the run ends with
 the weights of the program written that way from the start.
 """
 
@@ -25,27 +25,26 @@ for _package in BOT:
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
-F = torch.nn.functional
 
 pytestmark = pytest.mark.skipif(trial.unavailable() is not None, reason=f"no trials here: {trial.unavailable()}")
 
 
 def fit_pair(gen, critic, opt_g, opt_c, steps, g_from):
-    ones, zeros = torch.ones(16, 1), torch.zeros(16, 1)
+    gaps = []
     for step in range(steps):
-        real = 2.0 + torch.randn(16, 2)
-        fake = gen(torch.randn(16, 3))
-        s_real, s_fake = critic(real), critic(fake)
-        loss_c = F.binary_cross_entropy_with_logits(s_real, ones) + F.binary_cross_entropy_with_logits(s_fake, zeros)
+        made = gen(torch.randn(12, 3))
+        score_made = critic(made)
+        gap = score_made.mean() - critic(1.5 * torch.randn(12, 2) - 1.0).mean()
         opt_c.zero_grad()
-        loss_c.backward(retain_graph=True)
+        gap.backward(retain_graph=True)
         opt_c.step()
+        gaps.append(gap.item())
         if step >= g_from:
-            loss_g = F.binary_cross_entropy_with_logits(s_fake, ones)
+            pull = -score_made.mean()
             opt_g.zero_grad()
-            loss_g.backward()
+            pull.backward()
             opt_g.step()
-    return loss_g.item()
+    return gaps[-1]
 
 
 def run(program: Any) -> tuple[float, list[Any]]:
@@ -60,9 +59,9 @@ def test_scores_made_before_the_step_are_made_again_where_the_generator_reads_th
     loss, weights = run(daifu.transform(fresh(fit_pair)))
     repairs = automatic()
     assert [r["decision"] for r in repairs] == ["Surgery"]
-    assert "binary_cross_entropy_with_logits(critic(fake), ones)" in repairs[0]["code"]
+    assert "pull = -critic(made).mean()" in repairs[0]["code"]
     namespace: dict[str, Any] = {}
-    exec(inspect.getsource(fit_pair).replace("with_logits(s_fake, ones)", "with_logits(critic(fake), ones)"),
+    exec(inspect.getsource(fit_pair).replace("-score_made.mean()", "-critic(made).mean()"),
          fit_pair.__globals__, namespace)
     fixed_loss, fixed_weights = run(namespace["fit_pair"])
     assert loss == fixed_loss
