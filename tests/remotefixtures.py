@@ -57,6 +57,13 @@ def api(url: str) -> httpx.Client:
     return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=70)
 
 
+def _as_from_a_terminal() -> None:
+    """Ctrl-C reaches the job as it does a program started in a terminal: a shell script running the suite
+    in the background (CI's `.ci/run`) leaves SIGINT ignored in what it starts, and Python then installs no
+    KeyboardInterrupt handler, so `interrupt` would test nothing but the shell."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Job:
     """The training program, waiting on the service at `url` when it crashes."""
 
@@ -77,7 +84,7 @@ class Job:
         self.url = url
         self.process = subprocess.Popen(
             [sys.executable, str(PROGRAM)], cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True,
+            text=True, preexec_fn=_as_from_a_terminal,
         )
         self.stdout = self.stderr = ""
 
