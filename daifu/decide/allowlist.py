@@ -39,6 +39,11 @@ program that reaches the system itself (`daifu.decide.allowlist_reach`). One exc
 own data: a read of the program's (`torch.load(path)`) pointed at another existing file, written out,
 in the folder of the path the name held.
 
+Nor is an action admitted when it rebinds a module-level name the function only reads and that name
+decides, through a condition, whether a statement of the program reaching the system runs
+(`MONITOR = 'loss'` before `if metrics[MONITOR] > best: torch.save(...)`): module state every reader
+sees, and the same decision a surgery changing that condition needs a person for.
+
 A call the crashed statement made is admitted when the repair makes it again with the same arguments
 (`daifu.decide.made_calls`: literals and locals holding immutable values, none of which the repair binds):
 it reaches what the program reached (`torch.load(path, weights_only=True)` kept in the fix of the statement
