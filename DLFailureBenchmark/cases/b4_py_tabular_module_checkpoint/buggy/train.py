@@ -102,7 +102,9 @@ def main(workdir, seed=0, resume=None, until=None):
     total = args.epochs * len(loader)
     result = fit(model, optimizer, loader, (x[1000:], y[1000:]), args, out_dir, start,
                  total if until is None else until)
-    state = torch.load(out_dir / "last.pt", weights_only=True)
-    fresh = PriceMLP(x.size(1))
-    result["checkpoint_loads"] = int(not fresh.load_state_dict(state["model"], strict=False).missing_keys)
+    result["checkpoint_loads"] = 0
+    if (out_dir / "last.pt").is_file():
+        state = torch.load(out_dir / "last.pt", weights_only=True)
+        fresh = PriceMLP(x.size(1))
+        result["checkpoint_loads"] = int(not fresh.load_state_dict(state["model"], strict=False).missing_keys)
     return result
