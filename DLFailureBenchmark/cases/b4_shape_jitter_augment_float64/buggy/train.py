@@ -71,7 +71,8 @@ def train(model, optimizer, data, test, ckpt_dir, start, stop, seed):
     with torch.no_grad():
         x_test, y_test = test
         rmse = torch.sqrt(F.mse_loss(model(x_test), y_test)).item()
-    return {"steps": len(losses), "jittered_steps": jittered, "test_rmse": rmse}
+    float32 = all(p.dtype == torch.float32 for p in model.parameters())
+    return {"steps": len(losses), "jittered_steps": jittered, "test_rmse": rmse, "float32_params": int(float32)}
 
 
 def main(workdir, seed=0, resume=None, until=None):
