@@ -2,7 +2,7 @@
 
 The first 30 steps train on sequences of one length (no padding, no mask). After that the
 batches mix lengths and the loop builds a key-padding mask from the lengths, but in
-sequence-first layout, (T, B), the layout of the old non-batch_first code it was copied from;
+sequence-first layout, (T, B), the layout of the older non-batch_first code it grew out of;
 the encoder wants (B, T) and refuses it.
 """
 
