@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import random
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +213,65 @@ def test_auto_trials_run_in_process_where_cuda_is_initialised(monkeypatch: pytes
     assert trial.how()[0] is None
     daifu.configure(trials="off")
     assert trial.unavailable() == "trials are turned off (DAIFU_TRIALS=off)"
+
+
+def weighted(model: Any, optimizer: Any, data: Any, losses: list[float]) -> Any:
+    """Per-row weights made for a full batch: the short batch crashes between its forward and its backward,
+    so the resumed iteration's backward goes through a graph built before the crash."""
+    weights = torch.linspace(1.0, 2.0, 8)
+    for x in data:
+        per_row = model(x).pow(2).mean(dim=1)
+        loss = (per_row * weights).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+    return model
+
+
+WEIGHTED = weighted.__code__
+"""`weighted` as written: each run vaccinates a new function of it (a surgery changes the function it was
+applied to)."""
+
+
+def weighted_run(extra: str | None) -> tuple[Any, list[float], list[Any]]:
+    """`weighted` through its crash, repaired by the surgery weighting the rows there are; with `extra`,
+    that surgery is first tried in process with `extra` (a statement) added before the crashed one."""
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    data = [torch.randn(8, 4), torch.randn(6, 4), torch.randn(8, 4), torch.randn(8, 4)]
+    verdicts: list[Any] = []
+    old = "loss = (per_row * weights).mean()"
+    new = "loss = (per_row * weights[: len(per_row)]).mean()"
+
+    def policy(crash: daifu.Crash) -> Any:
+        fixed = crash.source.replace(old, new)
+        if extra is not None:
+            indent = " " * 8
+            verdicts.append(crash.trial(daifu.Surgery(crash.source.replace(old, f"{extra}\n{indent}{new}")), 30.0))
+        return daifu.Surgery(fixed)
+
+    daifu.set_policy(policy)
+    losses: list[float] = []
+    daifu.transform(types.FunctionType(WEIGHTED, globals(), "weighted"))(model, optimizer, data, losses)
+    return model, losses, verdicts
+
+
+def test_a_trial_leaves_the_graph_built_before_the_crash_whole_for_the_real_backward() -> None:
+    daifu.configure(trials="inprocess", trial_iterations=2)
+    model, losses, verdicts = weighted_run("pass")
+    assert verdicts[0].passed and verdicts[0].kind == IN_PROCESS, verdicts[0].describe()
+    daifu.configure(trials="off")
+    reference, reference_losses, _ = weighted_run(None)
+    assert losses == reference_losses and len(losses) == 4  # the real backward ran through the kept graph
+    for a, b in zip(model.state_dict().values(), reference.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_trial_still_refuses_a_second_backward_through_the_graph_built_before_the_crash() -> None:
+    daifu.configure(trials="inprocess", trial_iterations=2)
+    _, losses, verdicts = weighted_run("per_row.sum().backward()")
+    assert verdicts[0].outcome is Outcome.RAISED, verdicts[0].describe()
+    assert "second time" in verdicts[0].detail  # torch's own words, as the run would have met them
+    assert len(losses) == 4  # and the real run, repaired without that backward, is whole

@@ -11,7 +11,8 @@ candidate runs in the process itself:
    continuation, `daifu.core.trial`'s horizon), under the audit-hook layer of the sandbox
    (`daifu.core.sandbox.guarded`: a file written, `torch.save` to a path, a process, a connection,
    a collective are stopped before they happen), its output captured, within the trial's time
-   (a `SIGALRM`, in the main thread only);
+   (a `SIGALRM`, in the main thread only); a graph the run built before the crash is kept whole
+   through the trial's backward passes (`daifu.core.kept_graph`), which would otherwise free it;
 3. the loop's iterator is never advanced: a builtin iterator over a sequence (`range`, a list, a
    tuple) is replaced in the trial by a copy of itself, so the horizon looks along the loop; any
    other (a data loader's) ends the trial where the loop would take its next item, which the verdict
@@ -37,7 +38,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
-from daifu.core import cuda, health, sandbox, trial, trial_memory
+from daifu.core import cuda, health, kept_graph, sandbox, trial, trial_memory
 from daifu.core.rollback import Snapshot
 from daifu.core.trial import IN_PROCESS, Ended, Outcome, Verdict
 
@@ -102,8 +103,10 @@ def run(body: Callable[[], Any], watched: Mapping[str, Any], view: trial.View, t
     if not isinstance(snapshot, Snapshot):
         return Verdict(Outcome.UNAVAILABLE, detail=str(snapshot), kind=IN_PROCESS)
     output = io.StringIO()
+    graph = kept_graph.built_before(watched)
     try:
-        verdict, timed = _tried(body, watched, view, looking, output)
+        with kept_graph.kept(graph):
+            verdict, timed = _tried(body, watched, view, looking, output)
     finally:  # a KeyboardInterrupt goes on, but only once everything is back
         started = time.perf_counter()
         snapshot.restore()
