@@ -7,8 +7,9 @@ a Lightning module, an Accelerate loop) runs in a new process, alternately witho
 `daifu run --framework NAME` (for Accelerate, `--vaccinate` of the program's training function, the
 one the profile finds in a script). A wrapper times the training alone, from the program's `main()`
 call to its end, so that importing the framework and DaiFu is not counted. Printed per framework: the
-median of each side and the median of the paired ratios (with DaiFu / without), which is the figure to
-read; the runs alternate so that a machine's load drifts over both sides alike.
+median wall time of each side and the medians of the paired ratios (with DaiFu / without) of wall time
+and of the process's CPU time, which are the figures to read; the runs alternate so that a machine's load
+drifts over both sides alike, and the CPU ratio does not count the time a loaded machine kept a run waiting.
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ WRAPPER = """
 import sys, time
 sys.argv = [sys.argv[0], {out!r}]
 import {module} as program
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 program.main()
-print("seconds", time.perf_counter() - started)
+print("seconds", time.perf_counter() - started, time.process_time() - cpu)
 """
 
 
-def timed(folder: Path, module: str, daifu_args: list[str] | None) -> float:
-    """The seconds one run's training took, with `daifu run daifu_args` or with python alone."""
+def timed(folder: Path, module: str, daifu_args: list[str] | None) -> tuple[float, float]:
+    """The wall and CPU seconds one run's training took, with `daifu run daifu_args` or with python alone."""
     wrapper = folder / "timed.py"
     wrapper.write_text(WRAPPER.format(out=str(folder / "result.json"), module=module))
     command = [sys.executable, "-m", "daifu", "run", *daifu_args] if daifu_args is not None else [sys.executable]
@@ -52,7 +53,8 @@ def timed(folder: Path, module: str, daifu_args: list[str] | None) -> float:
     lines = [line for line in done.stdout.splitlines() if line.startswith("seconds ")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{module} failed:\n{done.stderr[-2000:]}")
-    return float(lines[-1].split()[1])
+    _, wall, cpu = lines[-1].split()
+    return float(wall), float(cpu)
 
 
 def main() -> None:
@@ -60,7 +62,7 @@ def main() -> None:
     parser.add_argument("--framework", default="hf,lightning,accelerate")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    print(f"{'framework':<12}{'without (s)':>13}{'with (s)':>10}{'ratio':>8}  ratios")
+    print(f"{'framework':<12}{'without (s)':>13}{'with (s)':>10}{'ratio':>8}{'CPU ratio':>11}  wall ratios")
     for name in args.framework.split(","):
         distribution, module, daifu_args = FRAMEWORKS[name]
         if importlib.util.find_spec(distribution) is None:
@@ -74,9 +76,11 @@ def main() -> None:
             for _ in range(args.repeats):
                 without.append(timed(folder, module, None))
                 with_daifu.append(timed(folder, module, daifu_args))
-        ratios = [w / p for w, p in zip(with_daifu, without)]
-        print(f"{name:<12}{statistics.median(without):>13.3f}{statistics.median(with_daifu):>10.3f}"
-              f"{statistics.median(ratios):>8.3f}  {json.dumps([round(r, 3) for r in ratios])}")
+        ratios = [w[0] / p[0] for w, p in zip(with_daifu, without)]
+        cpu_ratios = [w[1] / p[1] for w, p in zip(with_daifu, without)]
+        print(f"{name:<12}{statistics.median(w for w, _ in without):>13.3f}"
+              f"{statistics.median(w for w, _ in with_daifu):>10.3f}{statistics.median(ratios):>8.3f}"
+              f"{statistics.median(cpu_ratios):>11.3f}  {json.dumps([round(r, 3) for r in ratios])}")
 
 
 if __name__ == "__main__":

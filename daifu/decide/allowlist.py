@@ -188,14 +188,24 @@ def _settings_deciding_effects(running: ast.Module, action: list[ast.stmt], cont
     reach = Reach(context.values, context.module, context.modules)
     reasons = []
     for decided in decided_effects(function, settings, reach.call, context.methods, frozenset(context.modules)):
-        via = f" ({decided.through})" if decided.through else ""
-        names = ", ".join(f"`{name}`" for name in decided.names[:4])
-        reasons.append(
-            f"line {context.first_lineno + decided.lineno - 1}: the program's own `{decided.effect}`{via} reaches "
-            f"files, processes or the network under a condition reading {names}, and the action rebinds a "
-            "module-level name the function only reads: whether it runs is the action's doing, which needs a person"
-        )
+        reasons.append(_effect_reason(
+            context.first_lineno + decided.lineno - 1, decided.effect, decided.through,
+            f" under a condition reading {_named(decided.names)}, and the action rebinds a module-level name the "
+            "function only reads: whether it runs is the action's doing, which needs a person",
+        ))
     return tuple(dict.fromkeys(reasons))
+
+
+def _effect_reason(lineno: int, effect: str, through: str, why: str) -> str:
+    """One refusal reason about a statement of the program that reaches the system: the same opening
+    for every rule that refuses a repair for its part in such a statement, so they read alike."""
+    via = f" ({through})" if through else ""
+    return f"line {lineno}: the program's own `{effect}`{via} reaches files, processes or the network{why}"
+
+
+def _named(names: tuple[str, ...]) -> str:
+    """The first few names a reason cites, quoted."""
+    return ", ".join(f"`{name}`" for name in names[:4])
 
 
 def check_surgery_safety(source: str, context: Context) -> CheckResult:
@@ -354,13 +364,11 @@ def _aimed(
     for aimed in aimed_effects(function, repair, reach.call, context.methods, frozenset(context.modules)):
         if (skip and aimed.lineno in skip) or (aimed.reads and set(aimed.names) <= own_data):
             continue
-        via = f" ({aimed.through})" if aimed.through else ""
-        names = ", ".join(f"`{name}`" for name in aimed.names[:4])
-        reasons.append(
-            f"line {first_lineno + aimed.lineno - 1}: the program's own `{aimed.effect}`{via} reaches files, "
-            f"processes or the network, and {what} changes what aims it ({names}): a repair that aims the "
-            "program's effects needs a person"
-        )
+        reasons.append(_effect_reason(
+            first_lineno + aimed.lineno - 1, aimed.effect, aimed.through,
+            f", and {what} changes what aims it ({_named(aimed.names)}): a repair that aims the program's effects "
+            "needs a person",
+        ))
     return tuple(dict.fromkeys(reasons))
 
 
