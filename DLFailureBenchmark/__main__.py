@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", action="append", choices=sorted(cases.SCENARIOS), help="repeatable")
     parser.add_argument("--set", action="append", choices=cases.SETS,
                         help="tuned (the 36 cases the rules were written with), holdout (written blind to them), "
-                             "realistic (full-sized programs of common model families), blind1, blind2 and blind3 "
+                             "realistic (full-sized programs of common model families), blind1 to blind4 "
                              "(real reports, written blind to the bot); repeatable")
     parser.add_argument("--quick", action="store_true",
                         help="the CI subset, with fewer repeats (under 3 minutes); with --case or --set, only "

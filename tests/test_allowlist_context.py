@@ -322,3 +322,22 @@ def test_pure_objects_follow_the_numeric_modules_imported_and_never_a_rebound_na
 
     monkeypatch.setattr(statistics, "median", median)
     assert id(median) not in pure_objects()
+
+
+def test_pure_objects_read_module_by_module_equal_the_table_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module imported since the table was read is read alone, the others kept: the table is the one a
+    whole read makes, each object under the same path."""
+    import sys
+
+    from daifu.decide import allowlist_numeric
+
+    fft = pytest.importorskip("numpy.fft")
+    monkeypatch.delitem(sys.modules, "numpy.fft")
+    without = allowlist_numeric.pure_objects()
+    monkeypatch.setitem(sys.modules, "numpy.fft", fft)
+    kept = allowlist_numeric.pure_objects()
+    monkeypatch.setattr(allowlist_numeric, "_pure_read", {})
+    monkeypatch.setattr(allowlist_numeric, "_parts_read", {})
+
+    assert id(fft.fft) not in without and kept[id(fft.fft)] == "numpy.fft.fft"
+    assert kept == allowlist_numeric.pure_objects()

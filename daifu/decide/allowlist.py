@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import os
 from collections.abc import Iterator
 from typing import Protocol
@@ -91,7 +92,7 @@ from typing import Protocol
 from daifu.core.changes import BODIES, header_only, statement_changes
 from daifu.decide.allowlist_accumulate import admitted_backwards
 from daifu.decide.discarded_update import discarded_updates
-from daifu.decide.allowlist_check import Checker, parse_code
+from daifu.decide.allowlist_check import Checker, parse_code, parse_running
 from daifu.decide.allowlist_context import Context, build_context, context_for
 from daifu.decide.allowlist_flow import aimed_effects, decided_effects
 from daifu.decide.allowlist_reach import Reach
@@ -167,7 +168,7 @@ def check_safety(code: str, context: Context | None = None) -> CheckResult:
     context = context or Context()
     checked = _verdict(tree.body, context, deletable=_stores(tree.body), parameters=frozenset(), first_lineno=None)
     checked = CheckResult(checked.reasons + discarded_updates(tree.body))
-    running = parse_code(context.source, "the function") if context.source else None
+    running = parse_running(context.source) if context.source else None
     if isinstance(running, str) or running is None:
         return checked
     aimed = _aimed(running, tree.body, context, context.first_lineno, "the action")
@@ -181,8 +182,7 @@ def _settings_deciding_effects(running: ast.Module, action: list[ast.stmt], cont
     function = next((n for n in running.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
     if function is None:
         return ()
-    own = _stores(function.body) | {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
-    settings = frozenset(name for name in _stores(action) - own if name in context.values)
+    settings = frozenset(name for name in _stores(action) - _own_names(function) if name in context.values)
     if not settings:
         return ()
     reach = Reach(context.values, context.module, context.modules)
@@ -194,6 +194,12 @@ def _settings_deciding_effects(running: ast.Module, action: list[ast.stmt], cont
             "function only reads: whether it runs is the action's doing, which needs a person",
         ))
     return tuple(dict.fromkeys(reasons))
+
+
+@functools.lru_cache(maxsize=16)
+def _own_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The names `function` binds in its body or as parameters; kept per tree (`parse_running`)."""
+    return _stores(function.body) | {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
 
 
 def _effect_reason(lineno: int, effect: str, through: str, why: str) -> str:

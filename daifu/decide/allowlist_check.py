@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import math
 import operator
 import re
@@ -788,6 +789,14 @@ def parse_code(code: str, what: str, first_lineno: int | None = None) -> ast.Mod
         return f"{what} does not parse: {error.msg} ({where})"
     except (RecursionError, MemoryError, ValueError) as error:
         return f"{what} cannot be read: {type(error).__name__}"
+
+
+@functools.lru_cache(maxsize=16)
+def parse_running(source: str) -> ast.Module | str:
+    """`parse_code` of the running function's `source`, kept per source: the checks only read that tree,
+    and what the flow analysis finds in it is kept per tree (`daifu.decide.allowlist_flow`), so a repair
+    checked again at the same version (a repeat of a crash, another candidate) finds it ready."""
+    return parse_code(source, "the function")
 
 
 def plain_template(node: ast.expr) -> bool:

@@ -25,6 +25,7 @@ version, or the crashed function around an action):
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -79,9 +80,9 @@ def aimed_effects(
     bound = _closure(bound, function, pure_methods) - modules
     controlled = _controlled(function, bound)
     found: list[Aimed] = []
-    for node in ast.walk(function):
-        if not isinstance(node, ast.Call) or id(node) in inside:
-            continue
+    for node, read in _calls(function):
+        if id(node) in inside or (id(node) not in controlled and not read & bound):
+            continue  # what aims a call is part of it (its receiver, its arguments): none of it reads a bound name
         effect = effect_of(node)
         if effect is None:
             continue
@@ -108,8 +109,8 @@ def decided_effects(
     bound = _closure(set(names), function, pure_methods) - modules
     controlled = _controlled(function, bound)
     found: list[Aimed] = []
-    for node in ast.walk(function):
-        if isinstance(node, ast.Call) and id(node) in controlled:
+    for node, _ in _calls(function):
+        if id(node) in controlled:
             effect = effect_of(node)
             if effect is not None:
                 found.append(Aimed(node.lineno, effect.what, tuple(sorted(controlled[id(node)])), effect.through))
@@ -123,16 +124,32 @@ def _controlled(function: ast.AST, bound: set[str]) -> dict[int, set[str]]:
     would. A `for` over a bound name runs its body over other items, not other effects: what those
     items are is followed as data (its target is bound)."""
     found: dict[int, set[str]] = {}
+    for read, calls in _governed(function):
+        names = read & bound
+        if names:
+            for call in calls:
+                found.setdefault(call, set()).update(names)
+    return found
+
+
+@functools.lru_cache(maxsize=32)
+def _governed(function: ast.AST) -> tuple[tuple[frozenset[str], tuple[int, ...]], ...]:
+    """For each condition in `function` (`_conditions`), the names it reads and the ids of the calls whose
+    running it decides. What the tree alone says, kept per tree (the tree is held with it, so its ids
+    stay its nodes'): every check of a repair at the same running version reads it again."""
+    found = []
     for node in ast.walk(function):
         for condition, governed in _conditions(node):
-            names = _reads(condition) & bound
-            if not names:
-                continue
-            for part in governed:
-                for call in ast.walk(part):
-                    if isinstance(call, ast.Call):
-                        found.setdefault(id(call), set()).update(names)
-    return found
+            calls = tuple(id(call) for part in governed for call in ast.walk(part) if isinstance(call, ast.Call))
+            found.append((frozenset(_reads(condition)), calls))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=32)
+def _calls(function: ast.AST) -> tuple[tuple[ast.Call, frozenset[str]], ...]:
+    """The calls in `function`, in `ast.walk` order, each with every name read anywhere in it (its callee,
+    receiver and arguments); kept per tree (`_governed`)."""
+    return tuple((node, frozenset(_reads(node))) for node in ast.walk(function) if isinstance(node, ast.Call))
 
 
 def _conditions(node: ast.AST) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
@@ -190,7 +207,7 @@ def _may_change(method: str, pure_methods: frozenset[str]) -> bool:
 
 def _closure(bound: set[str], function: ast.AST, pure_methods: frozenset[str]) -> set[str]:
     """`bound`, with every name bound from an expression that reads one of them, to a fixed point."""
-    flows = list(_flows(function, pure_methods))
+    flows = _flows_of(function, pure_methods)
     found = set(bound)
     changed = True
     while changed:
@@ -200,6 +217,12 @@ def _closure(bound: set[str], function: ast.AST, pure_methods: frozenset[str]) -
                 found |= targets
                 changed = True
     return found
+
+
+@functools.lru_cache(maxsize=32)
+def _flows_of(function: ast.AST, pure_methods: frozenset[str]) -> tuple[tuple[frozenset[str], frozenset[str]], ...]:
+    """`_flows` of `function`, kept per tree and table of pure methods (`_governed`)."""
+    return tuple((frozenset(targets), frozenset(sources)) for targets, sources in _flows(function, pure_methods))
 
 
 def _flows(function: ast.AST, pure_methods: frozenset[str]) -> Iterator[tuple[set[str], set[str]]]:

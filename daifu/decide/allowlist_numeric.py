@@ -94,31 +94,47 @@ run the backward pass again, or write a file (`tofile`, `dump`)."""
 def pure_objects() -> dict[int, str]:
     """Every pure function and type of the numeric libraries already imported, by identity, with its path.
 
-    Read again only when another of those modules was imported since (a crash read thousands of names
-    each time); the objects are held with what was read, so that no identity in it can come to name
-    another object. A name the program rebinds later is not followed: its new value is not in it, and
-    is judged as any other callable."""
+    Each module is read again only when it was imported (again) since it was read, the others kept (a crash
+    read thousands of names each time; a program whose first optimizer step imports `numpy.fft`, through
+    torch, had the whole table read again at its first crash); the objects are held with what was read, so
+    that no identity in it can come to name another object. A name the program rebinds later is not
+    followed: its new value is not in it, and is judged as any other callable."""
     key = tuple(id(sys.modules.get(name)) for name in _PURE_SOURCES)
     if _pure_read.get("key") != key:
-        items = list(_pure_items())
         found: dict[int, str] = {}
-        for path, value in items:
-            found.setdefault(id(value), path)
-        _pure_read.update(key=key, found=found, held=[value for _, value in items])
+        for part in _PARTS:
+            for path, value in _read_part(part):
+                found.setdefault(id(value), path)
+        _pure_read.update(key=key, found=found)
     return dict(_pure_read["found"])
 
 
-_PURE_SOURCES = ("torch", "torch.functional", "numpy", *PURE_MODULES)
-"""The modules `_pure_items` reads."""
+_PARTS: tuple[tuple[str, ...], ...] = (("torch", "torch.functional"), ("numpy",), *((name,) for name in PURE_MODULES))
+"""The modules `_part_items` reads together, in the order their paths are given (the first path read names an
+object found under several)."""
+_PURE_SOURCES = tuple(name for part in _PARTS for name in part)
+"""The modules `_part_items` reads."""
 _pure_read: dict[str, Any] = {}
+_parts_read: dict[tuple[str, ...], tuple[tuple[int, ...], list[tuple[str, Any]]]] = {}
 
 
-def _pure_items() -> Iterator[tuple[str, Any]]:
-    """Read from the modules' own namespaces, never through `getattr`: a lazy attribute (numpy's
-    `testing`, torch's `_dynamo`) must not be imported into the program by looking."""
-    torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
-    if torch is not None:
-        names = _namespace(torch)
+def _read_part(part: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """`_part_items(part)`, read again only when one of its modules is another object than when it was read."""
+    key = tuple(id(sys.modules.get(name)) for name in part)
+    known = _parts_read.get(part)
+    if known is None or known[0] != key:
+        known = _parts_read[part] = (key, list(_part_items(part)))
+    return known[1]
+
+
+def _part_items(part: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    """The pure objects of the modules `part` names, with their paths. Read from the modules' own namespaces,
+    never through `getattr`: a lazy attribute (numpy's `testing`, torch's `_dynamo`) must not be imported
+    into the program by looking."""
+    if part[0] == "torch":
+        names = _namespace(sys.modules.get("torch"))
+        if not names:
+            return
         operators = getattr(names.get("_C"), "_VariableFunctions", None)  # an object of a class of torch's C code
         for name in _namespace(type(operators)):
             value = names.get(name)
@@ -131,15 +147,16 @@ def _pure_items() -> Iterator[tuple[str, Any]]:
         for name in functional.get("__all__", ()):
             if isinstance(name, str) and name in functional and names.get(name) is functional[name]:
                 yield f"torch.{name}", functional[name]
-    if numpy is not None:
-        names = _namespace(numpy)
+    elif part[0] == "numpy":
+        names = _namespace(sys.modules.get("numpy"))
         ufunc = names.get("ufunc")
         for name, value in names.items():
             if name.startswith("_"):
                 continue
             if name in NUMPY_FUNCTIONS or name in NUMPY_TYPES or (isinstance(ufunc, type) and isinstance(value, ufunc)):
                 yield f"numpy.{name}", value
-    for module_name in PURE_MODULES:
+    else:
+        module_name = part[0]
         root = module_name.split(".")[0]
         for name, value in _namespace(sys.modules.get(module_name)).items():
             if name.startswith("_") or isinstance(value, types.ModuleType) or not callable(value):

@@ -22,6 +22,7 @@ when its tree is the same, keywords in the same order.
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 import textwrap
 from collections.abc import Iterator
@@ -43,19 +44,28 @@ def made_calls(crash: Crash) -> frozenset[str]:
     span = _raising_span(crash.exception, frame)
     if span is None:
         return frozenset()
+    return frozenset(text for text, call in _raising_calls(crash.source, crash.first_lineno, span)
+                     if _plain(call, crash.locals))
+
+
+@functools.lru_cache(maxsize=64)
+def _raising_calls(source: str, first_lineno: int, span: tuple[int, int, int, int]) -> tuple[tuple[str, ast.Call], ...]:
+    """The calls evaluated with the call of `source` at `span` (file line, end line, column, end column), each
+    with its `ast.dump`: what the source alone says, kept per source and span (a repeat of a crash, or each
+    candidate checked, parsed the function again otherwise)."""
     try:
-        tree = ast.parse(textwrap.dedent(crash.source))
+        tree = ast.parse(textwrap.dedent(source))
     except (SyntaxError, ValueError, RecursionError):
-        return frozenset()
-    margin = _margin(crash.source)
+        return ()
+    margin = _margin(source)
     line, end_line, col, end_col = span
-    first, last = line - crash.first_lineno + 1, end_line - crash.first_lineno + 1
+    first, last = line - first_lineno + 1, end_line - first_lineno + 1
     raising = next((node for node in ast.walk(tree) if isinstance(node, ast.Call)
                     and (node.lineno, node.end_lineno) == (first, last)
                     and (node.col_offset + margin, (node.end_col_offset or 0) + margin) == (col, end_col)), None)
     if raising is None:
-        return frozenset()
-    return frozenset(ast.dump(call) for call in _evaluated_calls(raising) if _plain(call, crash.locals))
+        return ()
+    return tuple((ast.dump(call), call) for call in _evaluated_calls(raising))
 
 
 def _raising_span(error: BaseException, frame: FrameType) -> tuple[int, int, int, int] | None:

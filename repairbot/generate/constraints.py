@@ -14,6 +14,7 @@ Invalid values that are NaN are not a parameter in the wrong space but bad data:
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from repairbot.generate import edits, make
@@ -21,7 +22,10 @@ from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "constraints"
-_VIOLATION = r"Expected parameter (\w+) .*? of distribution (\w+)\(.*?to satisfy the constraint (\w+)\("
+_VIOLATION = re.compile(
+    r"Expected parameter (\w+) .*? of distribution (\w+)\(.*?to satisfy the constraint (\w+)\(",
+    re.IGNORECASE,
+)
 _INTO = {"Simplex": ".softmax(-1)", "GreaterThan": ".exp()", "Positive": ".exp()", "UnitInterval": ".sigmoid()",
          "HalfOpenInterval": ".sigmoid()"}
 

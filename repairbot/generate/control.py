@@ -35,9 +35,9 @@ from repairbot.signs import BUSY, MAX_RETRIES, PERMANENT_OS, TRANSIENT, TRANSIEN
 
 WAITS = (0.5, 2.0, 8.0, 30.0)
 """Seconds waited before a retry, shortest first; a trial of each says whether the fault has passed."""
-_NONFINITE = r"\bnan\b|\binf\b|non-?finite|not finite|isfinite|isnan"
-_OUT_OF_RANGE = r"index out of range|out of bounds|index -?\d+ is out of|device-side assert"
-_PAST = r"\b(?:Target|index) (\d+) is out of bounds(?: for dimension \d+ with size (\d+))?"
+_NONFINITE = re.compile(r"\bnan\b|\binf\b|non-?finite|not finite|isfinite|isnan", re.IGNORECASE)
+_OUT_OF_RANGE = re.compile(r"index out of range|out of bounds|index -?\d+ is out of|device-side assert", re.IGNORECASE)
+_PAST = re.compile(r"\b(?:Target|index) (\d+) is out of bounds(?: for dimension \d+ with size (\d+))?", re.IGNORECASE)
 _WRITES = re.compile(r"(^|_)(save|savez|savetxt|savefig|dump|write|write_text|write_bytes|to_csv|to_json|imwrite)"
                      r"($|_)|^save_")
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from repairbot.generate import edits, infer, make
@@ -20,8 +21,8 @@ from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "elements"
-_NOT_SCALAR = r"a Tensor with (\d+) elements cannot be converted to Scalar"
-_NONE_ITEM = r"expected Tensor as element 0 in argument (\d+), but got NoneType"
+_NOT_SCALAR = re.compile(r"a Tensor with (\d+) elements cannot be converted to Scalar", re.IGNORECASE)
+_NONE_ITEM = re.compile(r"expected Tensor as element 0 in argument (\d+), but got NoneType", re.IGNORECASE)
 _JOINS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack"})
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "logical_and",
                           "logical_or", "logical_not"})

@@ -17,6 +17,7 @@ does not read: it proposes nothing then.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from repairbot.generate import edits, make, trace
@@ -24,7 +25,7 @@ from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "grad_mode"
-_NO_GRAPH = r"does not require grad and does not have a grad_fn"
+_NO_GRAPH = re.compile(r"does not require grad and does not have a grad_fn", re.IGNORECASE)
 
 
 def propose(view: View) -> Iterator[GeneratedRepair | None]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from collections.abc import Iterator
 
 from repairbot.generate import edits, infer, make, trace
@@ -44,11 +45,14 @@ from repairbot.generate.view import View
 from repairbot.names import bound_names
 
 FAMILY = "graph"
-_SECOND_BACKWARD = r"backward through the graph a second time|saved tensors after they have already been freed"
-_NUMPY_GRAD = r"numpy\(\) on Tensor that requires grad|Use tensor\.detach\(\)\.numpy\(\)"
-_NUMPY_DEVICE = r"can't convert (cuda|mps|xpu)\S* device type tensor to numpy"
-_NOT_SCALAR = r"grad can be implicitly created only for scalar outputs"
-_CHANGED_SAVED = r"modified by an inplace operation"
+_SECOND_BACKWARD = re.compile(
+    r"backward through the graph a second time|saved tensors after they have already been freed",
+    re.IGNORECASE,
+)
+_NUMPY_GRAD = re.compile(r"numpy\(\) on Tensor that requires grad|Use tensor\.detach\(\)\.numpy\(\)", re.IGNORECASE)
+_NUMPY_DEVICE = re.compile(r"can't convert (cuda|mps|xpu)\S* device type tensor to numpy", re.IGNORECASE)
+_NOT_SCALAR = re.compile(r"grad can be implicitly created only for scalar outputs", re.IGNORECASE)
+_CHANGED_SAVED = re.compile(r"modified by an inplace operation", re.IGNORECASE)
 
 
 def propose(view: View) -> Iterator[GeneratedRepair | None]:

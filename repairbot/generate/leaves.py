@@ -12,6 +12,7 @@ item): one that binds the result to a name may mean that value to carry gradient
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from collections.abc import Iterator
 
@@ -20,7 +21,7 @@ from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "leaves"
-_LEAF_IN_PLACE = r"leaf Variable that requires grad is being used in an in-place operation"
+_LEAF_IN_PLACE = re.compile(r"leaf Variable that requires grad is being used in an in-place operation", re.IGNORECASE)
 
 
 def propose(view: View) -> Iterator[GeneratedRepair | None]:

@@ -29,8 +29,11 @@ _PYTHON_FLOAT = (
     r"|indices must be integers or slices, not float|must be int, not float|got float|must be tuple of ints"
     r"|element of type float|only integer tensors of a single element"
 )
-_COMBINATION = r"(\w+)\(\) received an invalid combination of arguments - got \(([^)]*)\)"
-_ARGUMENT = r"(\w+)\(\): argument '(\w+)' \(position (\d+)\) must be (.+?), (?:not|but found element of type) (\w+)"
+_COMBINATION = re.compile(r"(\w+)\(\) received an invalid combination of arguments - got \(([^)]*)\)", re.IGNORECASE)
+_ARGUMENT = re.compile(
+    r"(\w+)\(\): argument '(\w+)' \(position (\d+)\) must be (.+?), (?:not|but found element of type) (\w+)",
+    re.IGNORECASE,
+)
 _OVERLOAD = re.compile(r"^\s*\* \((.*)\)\s*$", re.MULTILINE)
 _KINDS = {
     "int": "int", "SymInt": "int", "int64_t": "int", "float": "float", "double": "float", "Scalar": "number",

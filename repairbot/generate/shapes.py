@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from collections.abc import Iterator
 
 from repairbot.generate import edits, infer, make
@@ -39,14 +40,18 @@ from repairbot.generate.candidate import DROPS_ELEMENTS, GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "shapes"
-_SHAPE_TALK = (
+_SHAPE_TALK = re.compile(
     r"size|shape|dimension|\bdim\b|match|broadcast|mat1|mat2|expected input|batch_size|view|stride|contiguous"
-    r"|elements|Expected \d+D|input of"
+    r"|elements|Expected \d+D|input of",
+    re.IGNORECASE,
 )
-_MATMUL = r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)"
-_INVALID_SHAPE = r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)"
+_MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", re.IGNORECASE)
+_INVALID_SHAPE = re.compile(r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)", re.IGNORECASE)
 _RESHAPES = {"view", "reshape"}
-_STACK = r"stack expects each tensor to be equal size, but got \[([\d, ]*)\] at entry \d+ and \[([\d, ]*)\] at entry"
+_STACK = re.compile(
+    r"stack expects each tensor to be equal size, but got \[([\d, ]*)\] at entry \d+ and \[([\d, ]*)\] at entry",
+    re.IGNORECASE,
+)
 Shape = list[int]
 
 

@@ -21,7 +21,7 @@ from repairbot.generate.candidate import GeneratedRepair
 from repairbot.generate.view import View
 
 FAMILY = "state_keys"
-_REFUSED = r"Error\(s\) in loading state_dict"
+_REFUSED = re.compile(r"Error\(s\) in loading state_dict", re.IGNORECASE)
 _KEYS = r"{} key\(s\) in state_dict:([^\n]*)"
 
 
