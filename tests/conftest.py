@@ -1,7 +1,9 @@
-"""Every test runs in its own working directory with DaiFu's settings reset around it; the slow ones first."""
+"""Every test runs in its own working directory with DaiFu's settings reset around it; the slow ones first;
+PyTorch computes on one thread in every process of the suite."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator
@@ -11,6 +13,13 @@ import pytest
 import daifu
 from daifu import config
 from daifu.state import RUN
+
+# One OpenMP thread per process, set before any test module imports torch, and inherited by every program
+# a test starts: the workers (pyproject's `addopts`: one per CPU) already use every core, and each one's
+# own pool of a thread per core made the cores wait on each other (measured: a fifth more CPU time for
+# the torch tests, one process alone). The suite's tensors are small: one thread computes them as fast.
+# A trial from a process with a two-thread pool: tests/test_trials.py. A value set outside is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -78,6 +78,9 @@ def test_the_same_crash_again_is_repaired_by_the_verified_repair_after_a_short_t
 
 
 def test_a_repeat_whose_short_trial_fails_is_not_applied_and_the_full_check_runs(automatic, tmp_path, capfd) -> None:
+    # The full check tries two of the bot's answers (a retry, a wait of 0.5 s): its next ones wait 2, 8 and
+    # 30 s in their trials, 40 s of the suite's time that tell nothing more of the repeat.
+    daifu.configure(max_trials=2)
     reset = "Connection reset by peer"
     # Step 2 loses its first call; from step 9 on, past what the first repair's trial saw, no call goes through.
     tracker = Tracker({3: reset, **{call: reset for call in range(11, 60)}})

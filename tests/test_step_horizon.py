@@ -119,15 +119,16 @@ import time
 
 
 class Loop:
-    """A framework's loop in small: it calls `training_step` per batch, pauses, keeps what it returned."""
+    """A framework's loop in small: it calls `training_step` per batch, pauses after the batches of
+    `pauses` (batch: seconds), keeps what it returned."""
 
-    def __init__(self, module, pause=0.0):
-        self.module, self.pause, self.seen = module, pause, []
+    def __init__(self, module, pauses=None):
+        self.module, self.pauses, self.seen = module, pauses or {}, []
 
     def fit(self, batches):
         for index, batch in enumerate(batches):
             self.seen.append(self.module.training_step(batch, index))
-            time.sleep(self.pause)
+            time.sleep(self.pauses.get(batch, 0.0))
         return self.seen
 
 
@@ -159,7 +160,8 @@ def library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     sys.modules.pop(name, None)
 
 
-def tried(library: Any, trying: Callable[[daifu.Crash], trial.Verdict], pause: float = 0.0) -> tuple[Any, list[Any]]:
+def tried(library: Any, trying: Callable[[daifu.Crash], trial.Verdict],
+          pauses: dict[int, float] | None = None) -> tuple[Any, list[Any]]:
     """Fit the library's loop on batches 1..6 (the step crashes at 3); `trying` tries a decision, the
     fix is applied; the verdict and what the loop kept."""
     verdicts = []
@@ -169,7 +171,7 @@ def tried(library: Any, trying: Callable[[daifu.Crash], trial.Verdict], pause: f
         return daifu.Surgery(crash.source.replace("loss = 1.0 / (batch - 3)", MENDED))
 
     daifu.set_policy(policy)
-    seen = library.Loop(library.Module(), pause).fit([1, 2, 3, 4, 5, 6])
+    seen = library.Loop(library.Module(), pauses).fit([1, 2, 3, 4, 5, 6])
     assert seen == [-0.5, -1.0, 1.0, 1.0, 0.5, 1.0 / 3]  # the live run, mended
     return verdicts[0], seen
 
@@ -199,7 +201,7 @@ def test_time_spent_by_the_framework_after_the_crashed_step_ends_the_horizon_not
     """The crashed call returned; the framework's own work after it outlasts the trial's time: the
     horizon ends there (the crashed step seen whole), the trial does not time out."""
     slow, _ = tried(library, lambda crash: crash.trial(
-        daifu.Surgery(crash.source.replace("loss = 1.0 / (batch - 3)", MENDED)), seconds=1.0), pause=1.5)
+        daifu.Surgery(crash.source.replace("loss = 1.0 / (batch - 3)", MENDED)), seconds=1.0), pauses={3: 1.5})
     assert slow.outcome is trial.Outcome.COMPLETED and slow.passed, slow.describe()
     assert [(it.index, it.complete) for it in slow.iterations] == [(0, True)]
     assert "ran out before the framework's next call of the step" in slow.ended

@@ -184,6 +184,30 @@ def test_a_trial_that_never_ends_is_stopped_at_its_budget() -> None:
     assert found[0].outcome is Outcome.TIMED_OUT and not found[0].passed
 
 
+def test_a_trial_of_a_process_computing_on_a_pool_of_threads_computes_in_its_copy() -> None:
+    """The suite computes on one thread (tests/conftest.py); a user's program has a pool of a thread per
+    core, busy at the crash, which a fork copies without its threads: the copy must still compute."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a = torch.randn(512, 512)
+        expected = float((a @ a)[0].sum())  # a product this size runs on the pool
+
+        @daifu.transform
+        def f(a, row):
+            loss = (a @ a)[row].sum()  # the crash, after the product: the copy computes it again
+            return float(loss)
+
+        found: list[daifu.Verdict] = []
+        first_row = daifu.Action("row = 0")
+        daifu.set_policy(lambda crash: found.append(crash.trial(first_row, 20.0)) or first_row)
+        assert f(a, 512) == expected
+    finally:
+        torch.set_num_threads(threads)
+    assert found[0].outcome is Outcome.COMPLETED and found[0].passed, found[0].describe()
+    assert found[0].ended == "the function returned", found[0].describe()  # not stuck at its budget
+
+
 def test_a_trial_leaves_the_parent_untouched_and_its_output_captured(capfd: pytest.CaptureFixture[str]) -> None:
     counter = {"n": 0}
 
