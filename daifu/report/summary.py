@@ -236,9 +236,19 @@ def _item_facts(item: Any) -> dict[str, Any]:
     LSTM's `(h, c)` state): its type, and a tensor's shape, dtype, device and whether it requires grad."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(item, torch.Tensor):
-        return {"type": "Tensor", "shape": list(item.shape), "dtype": str(item.dtype).removeprefix("torch."),
-                "device": str(item.device), "requires_grad": bool(item.requires_grad)}
+        facts = {"type": "Tensor", "shape": list(item.shape), "dtype": str(item.dtype).removeprefix("torch."),
+                 "device": str(item.device), "requires_grad": bool(item.requires_grad)}
+        if item.device.type != "meta" and item.numel() <= _SMALL_TENSOR and item.is_floating_point():
+            with torch.no_grad():
+                facts["whole"] = _whole(torch, item.detach())
+        return facts
     return {"type": type(item).__name__}
+
+
+def _whole(torch: Any, data: Any) -> bool:
+    """Whether a floating tensor holds whole numbers only (codes, labels, counts stored as floats): only then
+    does a cast to an integer dtype keep every value, so only then may a repair propose one."""
+    return bool(torch.isfinite(data).all() and torch.equal(data, data.round()))
 
 
 def _entry(key: Any, item: Any, environment: bool) -> str:
@@ -289,6 +299,7 @@ def _tensor(torch: Any, value: Any) -> Summary:
             finite = data[torch.isfinite(data)]
             if finite.numel():
                 facts.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.float().mean()))
+            facts["whole"] = _whole(torch, data)
         text += f" nan={facts['nan']} inf={facts['inf']}"
         if "min" in facts:
             text += f" min={facts['min']:.4g} max={facts['max']:.4g} mean={facts['mean']:.4g}"

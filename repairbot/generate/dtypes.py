@@ -94,7 +94,10 @@ def _casts(view: View, name: str, target: str, evidence: int) -> Iterator[Genera
     if method is None:
         return
     facts: dict[str, Any] = view.facts(name)
+    lossless = infer.floating(target) or target == "bool"
     if view.is_tensor(name):
+        if not (lossless or not infer.floating(facts.get("dtype")) or facts.get("whole") is True):
+            return  # floats that are not all whole numbers: a cast to integers would change them
         why = f"`{name}` is {facts.get('dtype')}; convert it to {target} with `.{method}()`"
         assignment = view.earlier_assignment(name)
         if assignment is not None and assignment.value is not None:
@@ -104,8 +107,30 @@ def _casts(view: View, name: str, target: str, evidence: int) -> Iterator[Genera
                            FAMILY, evidence)
         yield make.action(view, f"{name} = {name}.{method}()", f"{why}, then run the statement again.", FAMILY,
                           max(0, evidence - 1))
-    else:
+    elif lossless:
         item = view.fresh("t")
         template = f"tuple({item}.{method}() for {item} in {{}})"
         yield make.changed(view, make.wrap_reads(view, name, template),
                            f"`{name}` holds tensors of another dtype; convert each to {target}.", FAMILY, evidence)
+    else:
+        yield from _whole_items_cast(view, name, target, method, facts, evidence)
+
+
+def _whole_items_cast(view: View, name: str, target: str, method: str, facts: dict[str, Any],
+                      evidence: int) -> Iterator[GeneratedRepair | None]:
+    """To an integer dtype, a tuple's floating items that hold whole numbers only (category codes read from
+    a table of floats), the others as they are: casting every item would truncate the real-valued ones.
+    Nothing when an item is not described or no item is whole."""
+    items = facts.get("items")
+    if not isinstance(items, list) or len(items) != facts.get("len"):
+        return
+    cast = [isinstance(item, dict) and infer.floating(item.get("dtype")) and item.get("whole") is True
+            for item in items]
+    if not any(cast):
+        return
+    parts = [f"{{0}}[{index}].{method}()" if whole else f"{{0}}[{index}]" for index, whole in enumerate(cast)]
+    template = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    which = ", ".join(str(index) for index, whole in enumerate(cast) if whole)
+    yield make.changed(view, make.wrap_reads(view, name, template),
+                       f"`{name}`'s items {which} are floats holding whole numbers; convert them to {target} "
+                       "(the others keep their values).", FAMILY, evidence)
