@@ -80,16 +80,18 @@ def rounds_dropping_last(net, data, rounds):
     return fed
 
 
-LOOP = ast.parse("def f(loader):\n    for batch in loader:\n        use(batch)\n").body[0]
+LOOP = ast.parse("def f(loader):\n    for batch in loader:\n        use(batch)\n        opt.step()\n").body[0]
 assert isinstance(LOOP, ast.FunctionDef)
+SAMPLING = ast.parse("def f(loader):\n    for batch in loader:\n        log(draw(batch))\n").body[0]
+assert isinstance(SAMPLING, ast.FunctionDef)
 
 
-def firing_at_end_of(loader: DataLoader, drawn: int) -> Any:
+def firing_at_end_of(loader: DataLoader, drawn: int, loop: ast.FunctionDef = LOOP) -> Any:
     """The firing of a skipped iteration after `drawn` batches of a new pass over `loader`."""
     iterator = iter(loader)
     for _ in range(drawn):
         batch = next(iterator)
-    return iteration_firing("skip-iteration", LOOP, (0, "body", 0), {"@it0": iterator, "batch": batch})
+    return iteration_firing("skip-iteration", loop, (0, "body", 0), {"@it0": iterator, "batch": batch})
 
 
 def test_the_last_batch_of_each_pass_over_a_dataloader_is_the_same_place_of_a_new_pass() -> None:
@@ -103,6 +105,15 @@ def test_the_last_batch_of_each_pass_over_a_dataloader_is_the_same_place_of_a_ne
     assert not budget.exceeded_by(account, firing_at_end_of(loader, passes))  # the next epoch's last batch
     assert budget.exceeded_by(account, firing_at_end_of(loader, 2))  # another batch of a new pass
     assert budget.exceeded_by(account, first)  # the same pass again
+
+
+def test_the_same_place_of_a_new_pass_that_trains_nothing_counts_against_the_budget() -> None:
+    loader = DataLoader(gauges(), batch_size=BATCH)
+    passes = len(loader)
+    budget = Budget(1, 1, "the crashed batch's 1 samples, once")
+    account = Account(("f", "train.py", 3), "train.py:3")
+    account.add(firing_at_end_of(loader, passes, SAMPLING))
+    assert budget.exceeded_by(account, firing_at_end_of(loader, passes, SAMPLING))  # the same output lost again
 
 
 @needs_trials

@@ -412,8 +412,10 @@ def test_the_budget_holds_once_per_pass_at_the_same_place_of_the_pass_only() -> 
     budget = Budget(None, 1, "the crashed batch, once (its samples cannot be told)")
     account = Account(("fit", "train.py", 9), "train.py:9")
     first_pass, second_pass = iter(range(3)), iter(range(3))
-    account.add(Firing("continue", None, loop=first_pass, remaining=0))  # the last batch of the first epoch
-    assert not budget.exceeded_by(account, Firing("continue", None, loop=second_pass, remaining=0))
-    assert budget.exceeded_by(account, Firing("continue", None, loop=second_pass, remaining=1))  # another batch
-    assert budget.exceeded_by(account, Firing("continue", None, loop=first_pass, remaining=0))  # the same pass
-    assert budget.exceeded_by(account, Firing("continue", None, loop=second_pass))  # where in the pass: not told
+    trained = {"optimizer_steps": 1}  # each firing keeps the iteration's optimizer step from running
+    account.add(Firing("continue", None, loop=first_pass, remaining=0, **trained))  # the first epoch's last batch
+    assert not budget.exceeded_by(account, Firing("continue", None, loop=second_pass, remaining=0, **trained))
+    assert budget.exceeded_by(account, Firing("continue", None, loop=second_pass, remaining=1, **trained))
+    assert budget.exceeded_by(account, Firing("continue", None, loop=first_pass, remaining=0, **trained))  # same pass
+    assert budget.exceeded_by(account, Firing("continue", None, loop=second_pass, **trained))  # where: not told
+    assert budget.exceeded_by(account, Firing("continue", None, loop=second_pass, remaining=0))  # no training passed

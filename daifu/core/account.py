@@ -102,8 +102,9 @@ class Budget:
         they came from: a few bad rows left out of two batches give up less than the one batch the budget
         allows. Their limit is the budget's samples, else the size of the batch they were dropped from;
         only passing over whole statements or iterations counts against `firings`. The budget holds once
-        per pass over the data: passing over the same place of a new pass of the loop as its first firing
-        did (the last batch of each epoch, too small for a layer) is the crashed batch again (`recurs`)."""
+        per pass over the data: passing over the same training batch place of a new pass of the loop as
+        its first firing did (the last batch of each epoch, too small for a layer) is the crashed batch
+        again (`recurs`)."""
         if firing.how == "rows" and firing.samples is not None:
             limit = self.samples if self.samples is not None else firing.held
             if limit is not None:
@@ -148,9 +149,13 @@ class Account:
 
     def recurs(self, firing: Firing) -> bool:
         """Whether `firing` passes over the same place of a new pass of the loop as the site's first firing
-        that passed over iterations did: both told by their iterators (`Firing.remaining`)."""
-        return (firing.how != "rows" and firing.remaining is not None and firing.remaining == self.position
-                and firing.loop is not None and firing.loop is not self._loop)
+        that passed over iterations did (both told by their iterators, `Firing.remaining`), and over a
+        training batch there: an optimizer's step among what it kept from running. Passing over the same
+        place of a pass that trains nothing (a sample drawn per setting, an evaluation, a log) is not the
+        crashed batch again but the same output lost at every pass: the budget counts it."""
+        return (firing.how != "rows" and firing.optimizer_steps > 0 and firing.remaining is not None
+                and firing.remaining == self.position and firing.loop is not None
+                and firing.loop is not self._loop)
 
     def add(self, firing: Firing) -> None:
         """Count one firing. A pass of the loop not seen before adds its length to the plan; the
