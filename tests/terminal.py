@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     import pexpect
 
 PROGRAMS = Path(__file__).parent / "programs"
+_WAITS_ON_INPUT = {"x86_64": {0, 7, 23, 270, 271}, "aarch64": {63, 72, 73}}
+"""The system calls a read of the terminal sleeps in (read, poll, select, pselect6, ppoll), by machine."""
 PROMPT = "(DaiFu) "
 TIMEOUT = 60  # seconds: a hung child fails the test instead of hanging CI (a busy machine is slow, not hung)
 
@@ -49,18 +51,21 @@ class Terminal:
 
         readline draws the prompt before it waits for input; a Ctrl-C sent in between sets Python's
         pending-signal flag, and the wait that follows does not see it until the next key. A
-        person never types that fast; a test must not either. Linux only (`/proc`); elsewhere a pause.
+        person never types that fast; a test must not either. Asleep is not enough on a busy
+        machine: a thread waiting for the interpreter's lock (another thread holds it) sleeps too, so
+        where the kernel tells the system call the child sleeps in, it must be a wait on a file
+        (`_WAITS_ON_INPUT`). Linux only (`/proc`); elsewhere a pause.
         """
         stat = Path(f"/proc/{self.child.pid}/stat")
         if not stat.exists():
             time.sleep(1.0)
             return
         deadline, asleep = time.monotonic() + TIMEOUT, 0
-        while asleep < 3:  # sleeping at three looks in a row, 20 ms apart: waiting for input
+        while asleep < 3:  # reading at three looks in a row, 20 ms apart: waiting for input
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the child {self.child.pid} never waited for input")
             state = stat.read_text().rsplit(")", 1)[1].split()[0]
-            asleep = asleep + 1 if state == "S" else 0
+            asleep = asleep + 1 if state == "S" and _waits_on_input(self.child.pid) else 0
             time.sleep(0.02)
 
     def command(self, line: str) -> str:
@@ -126,3 +131,16 @@ def line_of(name: str, text: str) -> int:
         if text in line:
             return number
     raise LookupError(f"{text!r} is not in {name}")
+
+
+def _waits_on_input(pid: int) -> bool:
+    """Whether the child's main thread sleeps in a system call that waits on a file; `True` where the
+    kernel does not tell (`/proc/PID/syscall` unreadable, another machine), as before this check."""
+    waits = _WAITS_ON_INPUT.get(os.uname().machine)
+    try:
+        first = Path(f"/proc/{pid}/syscall").read_text().split()[0]
+    except (OSError, IndexError):
+        return True
+    if waits is None or not first.lstrip("-").isdigit():
+        return True
+    return int(first) in waits
