@@ -7,7 +7,14 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from daifu.decide.allowlist import build_context, check_safety
+import pytest
+
+from tests.extras import BOT
+
+for _package in BOT:
+    pytest.importorskip(_package)
+
+from daifu.decide.allowlist import build_context, check_safety  # noqa: E402
 
 SOURCE = '''def train(folder, cleanup, steps):
     for step in range(steps):
