@@ -446,7 +446,8 @@ class OpenAIBackend:
 
         Its body is read as `repairbot.llm_wire` reads it, whatever its content type says.
         """
-        margin = min(1.0, deadline.seconds / 10)  # time left to send the answer back
+        # time left to fall back and send the answer back: a busy machine schedules the thread late
+        margin = min(1.0, max(0.5, deadline.seconds / 10), deadline.seconds / 3)
         budget = deadline.remaining() - margin
         if budget <= 0 or deadline.cancelled:
             raise Cancelled() if deadline.cancelled else LLMFailure(self._late(deadline))
