@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
+
+from daifu.core import health
 
 _LIMIT = 200_000
 """Nodes looked at from one set of roots: a large model's graph is tens of thousands."""
@@ -45,10 +48,6 @@ class Graph:
 def built_before(values: Mapping[str, Any]) -> Graph:
     """The graphs the tensors among `values` (and inside their containers) belong to: what the resumed
     iteration may still run a backward through."""
-    import sys
-
-    from daifu.core import health
-
     torch = sys.modules.get("torch")
     if torch is None:
         return Graph(())
@@ -60,8 +59,6 @@ def built_before(values: Mapping[str, Any]) -> Graph:
 def kept(graph: Graph) -> Iterator[None]:
     """Within: `torch.autograd.backward` and `torch.autograd.grad` keep `graph` (the module docstring).
     Nothing changes where there is no graph built before the trial."""
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is None or not graph:
         yield
