@@ -94,9 +94,8 @@ def _casts(view: View, name: str, target: str, evidence: int) -> Iterator[Genera
     if method is None:
         return
     facts: dict[str, Any] = view.facts(name)
-    lossless = infer.floating(target) or target == "bool"
     if view.is_tensor(name):
-        if not (lossless or not infer.floating(facts.get("dtype")) or facts.get("whole") is True):
+        if not infer.cast_keeps_values(facts.get("dtype"), target, facts.get("whole")):
             return  # floats that are not all whole numbers: a cast to integers would change them
         why = f"`{name}` is {facts.get('dtype')}; convert it to {target} with `.{method}()`"
         assignment = view.earlier_assignment(name)
@@ -107,7 +106,7 @@ def _casts(view: View, name: str, target: str, evidence: int) -> Iterator[Genera
                            FAMILY, evidence)
         yield make.action(view, f"{name} = {name}.{method}()", f"{why}, then run the statement again.", FAMILY,
                           max(0, evidence - 1))
-    elif lossless:
+    elif infer.floating(target) or target == "bool":  # every item keeps its values
         item = view.fresh("t")
         template = f"tuple({item}.{method}() for {item} in {{}})"
         yield make.changed(view, make.wrap_reads(view, name, template),
@@ -124,8 +123,8 @@ def _whole_items_cast(view: View, name: str, target: str, method: str, facts: di
     items = facts.get("items")
     if not isinstance(items, list) or len(items) != facts.get("len"):
         return
-    cast = [isinstance(item, dict) and infer.floating(item.get("dtype")) and item.get("whole") is True
-            for item in items]
+    cast = [isinstance(item, dict) and infer.floating(item.get("dtype"))
+            and infer.cast_keeps_values(item.get("dtype"), target, item.get("whole")) for item in items]
     if not any(cast):
         return
     parts = [f"{{0}}[{index}].{method}()" if whole else f"{{0}}[{index}]" for index, whole in enumerate(cast)]

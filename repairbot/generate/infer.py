@@ -155,5 +155,11 @@ def floating(dtype_name: str | None) -> bool:
     return dtype_name is not None and dtype_name.startswith(("float", "bfloat"))
 
 
+def cast_keeps_values(have: str | None, target: str, whole: object) -> bool:
+    """Whether casting a tensor of dtype `have` to `target` keeps every value: always, but floats to an
+    integer dtype, which keep them only when they are whole numbers (`whole`, the report's fact)."""
+    return not floating(have) or floating(target) or target == "bool" or whole is True
+
+
 CAST_METHODS = {v: k for k, v in _CASTS.items()}
 """The tensor method that converts to each dtype (`float32` -> `float`)."""

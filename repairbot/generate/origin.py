@@ -146,9 +146,9 @@ def _cast(view: View, operand: Operand, names: list[str], target: str) -> Iterat
     have = operand.facts.get("dtype")
     if method is None or not isinstance(have, str):
         return
-    lossy = infer.floating(have) and not (infer.floating(target) or target == "bool")
     for name in names:
-        if view.facts(name).get("dtype") != have or (lossy and view.facts(name).get("whole") is not True):
+        facts = view.facts(name)
+        if facts.get("dtype") != have or not infer.cast_keeps_values(have, target, facts.get("whole")):
             continue  # floats that are not all whole numbers: a cast to integers would change them
         for links in chains(view, name, lambda read: view.is_tensor(read) and view.facts(read).get("dtype") == have):
             code = _at(view, links, "{a}" + f".{method}()")
