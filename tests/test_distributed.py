@@ -21,16 +21,18 @@ JOB = ROOT / "examples" / "distributed_training.py"
 GRACE_S = 20
 """How long a rank that crashed waits for the leader to say it met the same crash. Under load the ranks
 of one step may reach it seconds apart (rank 0 saves a checkpoint just before the shared crash)."""
+ALONE_GRACE_S = 1
+"""The same wait where the leader never crashes: all of it is spent before the rank decides alone."""
 PROCESS_GROUP_TIMEOUT_S = 300
 """The example's `init_process_group` timeout: a job that ends before it did not wait for one."""
 
 
-def launch(scenario: str, folder: Path) -> subprocess.CompletedProcess[str]:
+def launch(scenario: str, folder: Path, grace: float = GRACE_S) -> subprocess.CompletedProcess[str]:
     """Run the example under torchrun. `--standalone` serves the rendezvous on a port the OS picks when it
     binds it (no free port guessed, then raced for); the limits are generous, so that a loaded machine
     (ranks importing torch a minute apart) is slow, not failing."""
     folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "DAIFU_DIST_GRACE": str(GRACE_S), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "DAIFU_DIST_GRACE": str(grace), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     env.pop("DAIFU_RECORD", None)  # each rank writes its own record in the job's folder
     env["DAIFU_WORKSPACE"] = str(folder / "daifu_workspace")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
@@ -98,7 +100,7 @@ def test_same_bug_on_every_rank_gets_one_surgery_that_all_apply(tmp_path: Path, 
 
 
 def test_crash_on_one_rank_is_repaired_there_while_the_other_waits(tmp_path: Path) -> None:
-    done = launch("rank1", tmp_path)
+    done = launch("rank1", tmp_path, ALONE_GRACE_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 0 finished 12 steps" in done.stdout and "rank 1 finished 12 steps" in done.stdout
     assert_same(parameters(tmp_path, 0), parameters(tmp_path, 1))
@@ -112,7 +114,7 @@ def test_crash_on_one_rank_is_repaired_there_while_the_other_waits(tmp_path: Pat
 
 @pytest.mark.e2e  # the default run keeps the one-rank repair
 def test_transient_all_reduce_fault_is_retried(tmp_path: Path, reference) -> None:
-    done = launch("allreduce", tmp_path)
+    done = launch("allreduce", tmp_path, ALONE_GRACE_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same(parameters(tmp_path, 0), reference)
     assert_same(parameters(tmp_path, 1), reference)
@@ -123,7 +125,7 @@ def test_transient_all_reduce_fault_is_retried(tmp_path: Path, reference) -> Non
 @pytest.mark.e2e  # the default run keeps the one-rank repair
 def test_unrepairable_crash_ends_the_job_with_the_original_exception(tmp_path: Path) -> None:
     started = time.monotonic()
-    done = launch("fatal", tmp_path)
+    done = launch("fatal", tmp_path, ALONE_GRACE_S)
     elapsed = time.monotonic() - started
     assert done.returncode != 0
     assert "[rank1]: KeyError: 'checkpoint_config'" in done.stderr
