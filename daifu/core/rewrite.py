@@ -692,7 +692,7 @@ class Rewriter:
             at = located(fdef)
             targets = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Store(), **at) for name in present],
                                 ctx=ast.Store(), **at)
-            names = ast.Tuple(elts=[ast.Constant(name, **at) for name in present], ctx=ast.Load(), **at)
+            names = ast.Constant(present, **at)  # one constant, as the compiler would fold a tuple of them
             prologue.append(ast.Assign(targets=[targets], value=_call("values", _name("@ns"), names)))
         return _at(prologue + [_clear_namespace()], fdef)
 
