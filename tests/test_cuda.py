@@ -56,7 +56,7 @@ def test_every_cuda_error_the_expression_matches_passes_the_word_test_first(case
     """The cheap word test in front of the expression turns away no text the expression matches: each of
     its alternatives, in any case and inside a message, and each poisoning message, passes it."""
     alternatives = [part.replace("\\b", "") for part in cuda._CUDA_ERROR.pattern.split("|")]
-    assert all(part.replace("_", "").replace(" ", "").isalnum() for part in alternatives)  # literal words: tried as written
+    assert all(part.replace("_", "").replace(" ", "").isalnum() for part in alternatives)  # literal words
     for text in [f"RuntimeError: x {word} y" for word in alternatives] + [f"RuntimeError: {m}" for m in POISONING]:
         text = case(text)
         assert cuda._CUDA_ERROR.search(text)
