@@ -163,13 +163,14 @@ def edit_in_short(decision: Decision, running: str) -> str:
 def code_in_short(decision: Decision, running: str) -> str:
     """The code `decision` carries, on one line (`daifu.core.gist`): a surgery's lines that `running`
     lacks, a patch's new body, an action's statements (a `def` by its header); `""` when it carries none."""
-    from daifu.core.decisions import Patch, Surgery
-    from daifu.core.gist import body, statements
     from daifu.core.kinds import code_of
 
     code = code_of(decision) or ""
-    if not code:
+    if not code:  # a retry, a skip: nothing more to import in the restore window
         return ""
+    from daifu.core.decisions import Patch, Surgery
+    from daifu.core.gist import body, statements
+
     if isinstance(decision, Surgery):  # what changed, not the whole function
         old = _stripped_lines(running)
         lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
