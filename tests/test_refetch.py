@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import daifu
+from daifu.core import trial
 
 BAD = 7
 """The sample that cannot be collated: one element wider than the others."""
@@ -147,6 +148,23 @@ def test_retry_loads_the_same_batch_again_until_it_loads() -> None:
     fixed, fixed_steps = fixed_run(train)
     assert [crash.attempt for crash in seen] == [1, 2]  # the same batch failed again: no progress was made
     assert steps == fixed_steps and same_parameters(model, fixed)
+
+
+@pytest.mark.skipif(trial.unavailable() is not None, reason=f"no trials here: {trial.unavailable()}")
+@pytest.mark.parametrize("in_process_up_to", [None, 1 << 30], ids=["fork", "in-process"])
+def test_a_trial_of_the_fix_gives_the_batch_back_in_the_copy_only(in_process_up_to: int | None) -> None:
+    verdicts = []
+
+    def policy(crash: daifu.Crash) -> daifu.Decision:
+        verdicts.append(crash.trial(FIX, horizon=1, in_process_up_to=in_process_up_to))
+        return FIX
+
+    daifu.set_policy(policy)
+    model, optimizer = model_and_optimizer()
+    steps = daifu.transform(train)(model, optimizer, loader_of(Rows()))
+    fixed, fixed_steps = fixed_run(train)
+    assert verdicts[0].passed, verdicts[0].describe()
+    assert steps == fixed_steps and same_parameters(model, fixed)  # the live loader gives the batch back once
 
 
 def test_enumerate_keeps_its_index() -> None:
