@@ -264,6 +264,27 @@ def test_a_generator_that_raised_is_refused_as_before() -> None:
     assert len(seen) == 2 and "generator that ended" in seen[1].tried[0][1]
 
 
+def test_skip_iteration_at_a_generator_that_raised_leaves_the_iteration_around_it_as_before() -> None:
+    def batches(epoch: int) -> Any:
+        yield (epoch, 0)
+        if epoch == 0:
+            raise OSError("a read failed")
+        yield (epoch, 1)
+
+    daifu.set_policy(lambda crash: daifu.SkipIteration())
+
+    @daifu.transform
+    def read() -> list[Any]:
+        got = []
+        for epoch in range(2):
+            for b in batches(epoch):
+                got.append(b)
+            got.append(("end", epoch))
+        return got
+
+    assert read() == [(0, 0), (1, 0), (1, 1), ("end", 1)]  # the generator has no next item: the epoch is left
+
+
 def test_no_crash_no_change(capfd: pytest.CaptureFixture[str]) -> None:
     plain, plain_steps = fixed_run(train_enumerated)
     model, optimizer = model_and_optimizer()

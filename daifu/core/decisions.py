@@ -50,7 +50,8 @@ class SkipIteration:
     trained on. Refused when the faulty statement is in no loop of the function.
 
     At the header of a `for` whose iterator failed to load an item, that item is the iteration passed
-    over: the loop goes on with its next one (never loading the failed one again, unlike `Retry`).
+    over: the loop goes on with its next one (never loading the failed one again, unlike `Retry`);
+    where it has none (a generator that ended when it raised), the iteration of the loop around it.
     """
 
 

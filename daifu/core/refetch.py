@@ -64,7 +64,7 @@ class _Again:
 
 def reload(error: BaseException, frame: FrameType, iterator: Any) -> Reload | str:
     """The batch to load again when `error` came out of the loop's `iterator` at a `for` header of
-    `frame`; else why it cannot be loaded again (a phrase that reads after "because")."""
+    `frame`; else why it cannot be loaded again, in words (the repair's terminal line says it)."""
     module: Any = sys.modules.get(_DATALOADER)
     asked = _callees(error.__traceback__, frame)
     if module is None or len(asked) < 1 or asked[0].f_code is not module._BaseDataLoaderIter.__next__.__code__:

@@ -813,9 +813,11 @@ class Vaccine:
     def _skip_iteration_mode(self, site: Site, namespace: dict[str, Any] | None) -> Mode:
         """A `SkipIteration` at the header of a `for` loop whose iterator failed to load an item passes
         over that item: the loop goes on with the next one (`Mode.LOOP_NEXT`). Anywhere else (a `for`
-        header whose iterator could not be made, a `while` test) it leaves the rest of the iteration of
-        the loop around the statement, as a `continue` there would."""
-        if namespace is not None and _loop_iterator(site, namespace) is not None:
+        header whose iterator could not be made, or is a generator that ended when it raised, which
+        has no next item; a `while` test) it leaves the rest of the iteration of the loop around the
+        statement, as a `continue` there would."""
+        iterator = _loop_iterator(site, namespace) if namespace is not None else None
+        if iterator is not None and not finished_generator(iterator):
             return Mode.LOOP_NEXT
         return Mode.NEXT_ITERATION
 
