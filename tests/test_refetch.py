@@ -9,7 +9,7 @@ it does not know), the loop goes on with the next item as before, and the termin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -40,8 +40,37 @@ class Rows(Dataset):  # type: ignore[type-arg]
         return self.x[i], self.y[i]
 
 
-def loader_of(dataset: Rows, **options: Any) -> DataLoader:  # type: ignore[type-arg]
-    return DataLoader(dataset, batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(1), **options)
+class Tiles(Dataset):  # type: ignore[type-arg]
+    """Six 2x2 tiles; tile 4 came from another scanner and is 2x3 (its last column is margin)."""
+
+    def __init__(self) -> None:
+        generator = torch.Generator().manual_seed(5)
+        self.tiles = [torch.randn(2, 3 if i == 4 else 2, generator=generator) for i in range(6)]
+        self.labels = torch.randn(6, 1, generator=generator)
+
+    def __len__(self) -> int:
+        return len(self.tiles)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.tiles[i], self.labels[i]
+
+
+CROPPED = """def __getitem__(self, i):
+    return self.tiles[i][:, :2], self.labels[i]
+"""
+
+
+def train_tiles(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Any) -> int:
+    steps = 0
+    for tiles, labels in loader:
+        step(model, optimizer, tiles.flatten(1), labels)
+        steps += 1
+    return steps
+
+
+def loader_of(dataset: Dataset, batch_size: int = 3, **options: Any) -> DataLoader:  # type: ignore[type-arg]
+    generator = torch.Generator().manual_seed(1)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=generator, **options)
 
 
 def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -132,6 +161,28 @@ def test_a_fix_at_the_header_trains_on_the_batch_that_failed(pin_memory: bool, c
     assert same_parameters(model, fixed)
     err = capfd.readouterr().err
     assert "passed over" not in err and "loaded again" in err
+
+
+@pytest.fixture
+def tiles_put_back() -> Iterator[None]:
+    """`Tiles.__getitem__` as written again after the test: a patch changes its code in place."""
+    code = Tiles.__getitem__.__code__
+    yield
+    Tiles.__getitem__.__code__ = code
+
+
+def test_a_patch_of_the_datasets_getitem_trains_on_every_batch(tiles_put_back: None) -> None:
+    torch.manual_seed(3)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    daifu.set_policy(lambda crash: daifu.Patch(f"{__name__}:Tiles.__getitem__", CROPPED))
+    steps = daifu.transform(train_tiles)(model, optimizer, loader_of(Tiles(), batch_size=2))
+    cropped = Tiles()
+    cropped.tiles = [tile[:, :2] for tile in cropped.tiles]  # the odd tile cropped before the run
+    torch.manual_seed(3)
+    fixed = torch.nn.Linear(4, 1)
+    assert steps == train_tiles(fixed, torch.optim.SGD(fixed.parameters(), lr=0.1), loader_of(cropped, batch_size=2))
+    assert steps == 3 and same_parameters(model, fixed)
 
 
 def test_retry_loads_the_same_batch_again_until_it_loads() -> None:
