@@ -53,9 +53,9 @@ from daifu.core.version import Version, build_version
 if TYPE_CHECKING:
     from daifu.core.account import Account, Firing
     from daifu.core.actions import Undo
-    from daifu.core.refetch import Reload
     from daifu.core.crash import Crash
     from daifu.core.decisions import Decision
+    from daifu.core.refetch import Reload
     from daifu.core.seedscope import SeedScope
     from daifu.core.surgery import SurgeryPlan
     from daifu.core.trial import Verdict
