@@ -7,23 +7,28 @@ dataset does (`daifu.core.refetch`). Where DaiFu cannot load it again (worker pr
 it does not know), the loop goes on with the next item as before, and the terminal says why.
 """
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import torch
-from torch.utils.data import DataLoader, Dataset
 
 import daifu
 from daifu.core import trial
+
+pytestmark = pytest.mark.torch
+
+torch = pytest.importorskip("torch")
+DataLoader = torch.utils.data.DataLoader
+Dataset = torch.utils.data.Dataset
 
 BAD = 7
 """The sample that cannot be collated: one element wider than the others."""
 
 
-class Rows(Dataset):  # type: ignore[type-arg]
+class Rows(Dataset):
     """Twelve rows of three features; row `bad` is one wider until `fixed` is set."""
 
     def __init__(self, bad: int | None = BAD) -> None:
@@ -40,7 +45,7 @@ class Rows(Dataset):  # type: ignore[type-arg]
         return self.x[i], self.y[i]
 
 
-class Tiles(Dataset):  # type: ignore[type-arg]
+class Tiles(Dataset):
     """Six 2x2 tiles; tile 4 came from another scanner and is 2x3 (its last column is margin)."""
 
     def __init__(self) -> None:
@@ -68,7 +73,7 @@ def train_tiles(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader
     return steps
 
 
-def loader_of(dataset: Dataset, batch_size: int = 3, **options: Any) -> DataLoader:  # type: ignore[type-arg]
+def loader_of(dataset: Dataset, batch_size: int = 3, **options: Any) -> DataLoader:
     generator = torch.Generator().manual_seed(1)
     return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=generator, **options)
 
