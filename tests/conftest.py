@@ -4,6 +4,7 @@ PyTorch computes on one thread in every process of the suite."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator
@@ -15,11 +16,32 @@ from daifu import config
 from daifu.state import RUN
 
 # One OpenMP thread per process, set before any test module imports torch, and inherited by every program
-# a test starts: the workers (pyproject's `addopts`: one per CPU) already use every core, and each one's
+# a test starts: the workers (pyproject's `addopts`: one per CPU and one more) already use every core, and each one's
 # own pool of a thread per core made the cores wait on each other (measured: a fifth more CPU time for
 # the torch tests, one process alone). The suite's tensors are small: one thread computes them as fast.
 # A trial from a process with a two-thread pool: tests/test_trials.py. A value set outside is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# Ctrl-C as a person's terminal sends it. A suite started in the background by a shell without job control
+# (a CI script's `... &`) inherits SIGINT ignored (POSIX), and so would every program a test starts: Python
+# then installs no KeyboardInterrupt handler, and a test typing Ctrl-C at a `(DaiFu)` prompt waited for its
+# 60-second timeout (seen in 2 of 4 full runs started that way, the workers' earlier tests deciding which).
+# A handler here (not "ignored") is reset to the default in each program a test starts, at its exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's `addopts`): a worker per CPU and one more. Part of the suite's time is spent
+    waiting (servers started and stopped, a model server's delays, a prompt read from a terminal, a rank
+    waiting for its peer): on two cores, two workers left a core idle for 2 of the 9.5 core-minutes of a
+    quiet run (4 min 44 s wall, 7 min 27 s of CPU); a third worker fills those waits.
+    `PYTEST_XDIST_AUTO_NUM_WORKERS` still says how many."""
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if chosen:
+        return int(chosen)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cpus + 1
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -151,6 +151,7 @@ def test_past_the_deadline_the_job_falls_back_and_the_page_says_so(url: str, con
     assert page.locator("button.apply").count() == 0
 
 
+@pytest.mark.e2e  # a training job of its own; the default run keeps the apply above, the API the race (test_remote_api)
 def test_two_people_deciding_the_same_repair_only_the_first_counts(
     url: str, chromium: Any, tmp_path: Path
 ) -> None:
