@@ -626,6 +626,12 @@ def withheld(iterator: Any, frame: FrameType | None) -> None:
     _send(Outcome.COMPLETED, frame=frame)
 
 
+def in_process() -> bool:
+    """Whether this trial runs in process (`daifu.core.inprocess`): on the live objects, which it must not
+    change beyond what its rollback puts back."""
+    return bool(_CHILD) and _CHILD[0].inprocess
+
+
 def may_apply_again() -> bool:
     """Whether a repeat of the crash tried may have the decision applied again in the copy (child only),
     as the real run would: not when it was applied in this same iteration (it did not get past it)."""
