@@ -78,6 +78,8 @@ def reload(error: BaseException, frame: FrameType, iterator: Any) -> Reload | st
     if not asks_first(iterator, loader):
         wrapper = type(iterator).__name__
         return f"the loop takes the DataLoader's batches through a {wrapper}, which would be put out of step"
+    if "_sampler_iter" not in vars(loader) or not hasattr(loader, "_next_index"):
+        return "this torch's DataLoader iterator keeps its sampler where DaiFu does not look for it"
     if loader._dataset_kind != module._DatasetKind.Map:
         return "the DataLoader reads an iterable-style dataset, whose stream has moved past the batch"
     making = asked[1] if len(asked) > 1 else None
