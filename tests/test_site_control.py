@@ -4,7 +4,8 @@ Each test runs a small training loop that crashes for real (the installed torch'
 automatic mode with `approve="auto"`, against a real repair-bot server (rules backend, loopback),
 and compares the result with a plain run of the loop written the right way:
 
-- a data loader whose dataset cannot decode one record: the next batch is fetched from the same loader;
+- a data loader whose dataset cannot decode one record: the batch is passed over (`SkipIteration` at
+  the loop's header), the next one is fetched from the same loader;
 - a loader that is a generator, whose shard cannot be read: a generator that raised is finished, so
   nothing may "fetch the next item" (that would end the epoch silently, a transient I/O fault or not):
   the exception goes on;
@@ -92,7 +93,7 @@ def test_a_sample_the_loader_cannot_make_is_passed_over_with_its_batch(automatic
 
     repairs = automatic()
     assert [(r["exception_type"], r["decision"], r["decided_by"], r["suggested_by"]) for r in repairs] == [
-        ("JSONDecodeError", "Retry", "automatic", "bot")
+        ("JSONDecodeError", "SkipIteration", "automatic", "bot")
     ]
     assert steps == 5  # 6 batches, the one holding sample 9 passed over
     plain_model, plain_optimizer = model_and_optimizer()

@@ -6,8 +6,10 @@ iteration of a trial cannot see that price when it is paid again on every later 
 counts it where the decision fires, each time it fires:
 
 - a decision carried out at a crash fires once per crash it repairs (`Vaccine._prepare`): `Skip` (the
-  statement not run; a loop header's skip ends the loop), `SkipIteration` (the rest of the iteration),
-  `Retry` of a `for` header (the item that failed to load), an action that rebinds a name to fewer rows;
+  statement not run; a loop header's skip ends the loop), `SkipIteration` (the rest of the iteration; at
+  a `for` header, the item that failed to load), a retry of a `for` header that cannot load the item
+  that failed again (`daifu.core.refetch`: a batch a DataLoader loads again is not passed over), an
+  action that rebinds a name to fewer rows;
 - a surgery's changed statements carry *probes* (`find_probes`): a `continue`, `break` or `return` it
   introduced (or one that a changed `if` test leads to) fires each time it runs; a changed statement
   that rebinds a name to fewer rows than the name held drops them each time it runs. Only the new
@@ -60,6 +62,8 @@ class Firing:
     held: for `rows`, the rows the batch held before they were dropped (the batch's size), when told.
     remaining: the items the loop's pass had left after the one it fired in, when its iterator tells
         (0: the last batch of a pass).
+    why: for `next-item` passed over by a retry, why the item the loop failed to load could not be
+        loaded again (`daifu.core.refetch`): the terminal and the record say it.
     """
 
     how: str
@@ -71,6 +75,7 @@ class Firing:
     loop: Any = field(default=None, compare=False, repr=False)
     held: int | None = None
     remaining: int | None = None
+    why: str | None = None
 
     @property
     def what(self) -> str:
@@ -79,7 +84,7 @@ class Firing:
 
     def to_data(self) -> dict[str, Any]:
         return {"how": self.how, "samples": self.samples, "steps": self.steps, "statements": self.statements,
-                "optimizer_steps": self.optimizer_steps, "plan": self.plan}
+                "optimizer_steps": self.optimizer_steps, "plan": self.plan, **({"why": self.why} if self.why else {})}
 
 
 @dataclass(frozen=True)

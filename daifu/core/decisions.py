@@ -14,8 +14,12 @@ from dataclasses import dataclass
 class Retry:
     """Run the faulty statement again, unchanged.
 
-    On a loop header it asks the same iterator for its next item, so a batch that failed to load
-    is passed over; on an `if`/`while` test or a `with` expression it evaluates it again.
+    On a `for` header it loads again the item the loop's iterator failed to load where it can (a
+    torch DataLoader without worker processes, read directly, through `enumerate` or first in a `zip`:
+    `daifu.core.refetch`), then goes on with the same iterator; elsewhere it asks the same iterator
+    for its next item, so the item that failed is passed over, counted, and the terminal says why.
+    On an `if`/`while` test or a `with` expression it evaluates it again. An `Action`, a `Patch` and
+    a `Surgery` resuming at the header do the same once they are carried out.
     """
 
 
@@ -44,6 +48,10 @@ class SkipIteration:
     As a `continue` there would: the loop goes on with its next item (a `for`) or its next test (a
     `while`); nothing the rest of the iteration would have done is done, so a bad batch is not
     trained on. Refused when the faulty statement is in no loop of the function.
+
+    At the header of a `for` whose iterator failed to load an item, that item is the iteration passed
+    over: the loop goes on with its next one (never loading the failed one again, unlike `Retry`);
+    where it has none (a generator that ended when it raised), the iteration of the loop around it.
     """
 
 

@@ -1,10 +1,14 @@
-"""Whether a loop's iterator can still give items after it raised.
+"""Whether a loop's iterator can still give items after it raised, and which iterator it asks first.
 
 A retry of a `for` header asks the same iterator for its next item (`Mode.LOOP_NEXT`). An iterator
 object keeps its place when its `__next__` raises (a data loader's sampler has moved past the sample it
 could not make), but a generator that raised is finished: asking it again raises `StopIteration`, the
 loop ends, and everything it had left is passed over without a word. So is an iterator built on one
 (`enumerate(batches())`, a data loader over a generator dataset): it asks the finished generator.
+
+An item that failed to load can be loaded again only through an iterator that asks the one that
+failed for its next item first, and keeps its own place when that raises (`asks_first`): otherwise
+loading it again would put the loop out of step with what the wrapper had taken beside it.
 """
 
 from __future__ import annotations
@@ -49,3 +53,21 @@ def _finished(item: Any) -> bool | None:
     if inspect.isasyncgen(item):
         return item.ag_frame is None
     return None
+
+
+def asks_first(iterator: Any, inner: Any) -> bool:
+    """Whether asking `iterator` for its next item asks `inner` for its next item before anything else,
+    and gives it, at the same place of its own, what `inner` gives next.
+
+    So are `inner` itself, an `enumerate` of such an iterator (its count moves only once the item came),
+    and a `zip` whose first iterator is such (the ones after it are asked only once that one gave its
+    item). Any other wrapper is not looked into: an allowlist, since a wrapper that keeps an item taken
+    before `inner` raised would be put out of step."""
+    while iterator is not inner:
+        if type(iterator) not in (enumerate, zip):
+            return False
+        wrapped = iterator.__reduce__()[1]  # enumerate: (iterator, count); zip: its iterators, in order
+        if not wrapped:
+            return False
+        iterator = wrapped[0]
+    return True

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from daifu.core.actions import Undo
     from daifu.core.crash import Crash
     from daifu.core.decisions import Decision
+    from daifu.core.refetch import Reload
     from daifu.core.seedscope import SeedScope
     from daifu.core.surgery import SurgeryPlan
     from daifu.core.trial import Verdict
@@ -358,7 +359,8 @@ class Vaccine:
             live.namespace.setdefault("@call", _Invocation())
             sizes = repair_path.sizes(live.namespace)
             try:
-                handover = self._prepare(trying.decision, trying.crash, live.copy(), Flavour.TRIAL)
+                handover = self._prepare(trying.decision, trying.crash, live.copy(), Flavour.TRIAL,
+                                         raised=(error, frame), give_back=not trial.in_process())
             except Exception:  # noqa: BLE001 - refused here, or a bug of ours: the trial ends at the crash
                 trial.crashed(error, frame)
                 return
@@ -502,9 +504,15 @@ class Vaccine:
     # -- carrying out a decision ------------------------------------------------------------
 
     def _prepare(self, decision: Decision, crash: Crash, live: _Live, flavour: Flavour = Flavour.PLAIN,
-                 watch: Callable[[FrameType], bool] | None = None, entry: RepairEntry | None = None) -> Handover:
+                 watch: Callable[[FrameType], bool] | None = None, entry: RepairEntry | None = None,
+                 raised: tuple[BaseException, FrameType | None] | None = None, give_back: bool = True) -> Handover:
         """The hand-over that resumes the run with `decision` carried out on `live` (the iterations after
         it watched by `watch`, if a decider set one; recorded in `entry`).
+
+        A run resumed at a `for` header whose iterator raised `raised` (the exception and the frame it
+        crashed; by default the crash's) loads the item that failed again where it can (`_reload`), by
+        giving it back to the iterator (with `give_back`: not in an in-process trial, which never takes
+        from the live run's iterators), unless the decision passes it over (`SkipIteration`).
 
         What it passes over at this crash (`_passed_over`) is counted in the account of the crash's
         site; in the real run the layers above judge it first (`Handling.passed_over`), and a firing
@@ -520,31 +528,34 @@ class Vaccine:
         holds its new statements (`Version.holds_change`), else as written, before it.
         """
         from daifu.core.decisions import Action, Patch, Plays, Retry, Skip, SkipIteration, Surgery
+        from daifu.core.refetch import Reload
 
         site, namespace = live.site, live.namespace
         if self.seed is not None:
             self.seed.write_back(namespace, live.shared)  # the console's edits, before any action reads them
         here, mode = site, self._retry_mode(site, namespace)
+        passing = False  # whether the last step that moves the resume point passes over the item that failed
         plans: list[SurgeryPlan] = []
         bound: list[Undo] = []
         before = dict(namespace)
         try:
             for step in decision.steps if isinstance(decision, Plays) else (decision,):
                 if isinstance(step, Skip):
-                    mode = self._skip_mode(here)
+                    mode, passing = self._skip_mode(here), False
                 elif isinstance(step, SkipIteration):
-                    mode = Mode.NEXT_ITERATION
+                    mode, passing = self._skip_iteration_mode(here, namespace), True
                 elif isinstance(step, Surgery):
                     plan = self._plan(step.source, here, len(self.versions) + len(plans))
                     plans.append(plan)
                     here = Site(plan.version, plan.path, site.header)
-                    mode = self._retry_mode(here, namespace) if plan.same else Mode.AT
+                    mode, passing = self._retry_mode(here, namespace) if plan.same else Mode.AT, False
                 elif isinstance(step, Action):
                     bound.append(self._run_action(step.code, here.version, namespace, live))
                 elif not isinstance(step, (Retry, Patch)):
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
             ending = self._ends_step(here, mode)
             _loop_goes_on(here, mode, namespace)
+            loading = self._reload(here, mode, raised or (crash.exception, crash.frame), namespace)
             if not ending and with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
                 mode = self._leaving(site, here, mode, namespace)
             if flavour is Flavour.PLAIN and watch is not None:
@@ -560,7 +571,7 @@ class Vaccine:
                 returned = self._step_result(namespace)
             else:
                 code, resume_point = self._continuation(here.version, here.path, mode, flavour, namespace)
-            self._count(self._firings(here, mode, before, namespace), crash, flavour, entry)
+            self._count(self._firings(here, mode, before, namespace, loading, passing), crash, flavour, entry)
         except (RepairRefused, CannotResume, SyntaxError) as refusal:  # SyntaxError: a surgery's new statements
             from daifu.core.actions import undo
 
@@ -591,7 +602,12 @@ class Vaccine:
             self.helpers.watching = watch
         if ending:
             return self._handover(lambda _locals: returned, namespace)
-        return self._handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
+        handover = self._handover(self._resuming(code, version, namespace, live.cells, resume_point), namespace)
+        if isinstance(loading, Reload) and not passing and give_back:
+            loading.give_back()  # the last thing done: nothing after it refuses the decision
+            if entry is not None:
+                entry.extra["loaded_again"] = "the batch the DataLoader failed to load is loaded again"
+        return handover
 
     def _ends_step(self, here: Site, mode: Mode) -> bool:
         """Whether a `SkipIteration` at `here`, in no loop of the function, ends the call with what
@@ -617,22 +633,25 @@ class Vaccine:
             raise RepairRefused(f"{self.qualname} cannot pass over its batch: making what it returns failed "
                                 f"({error!r})") from None
 
-    def _firings(self, here: Site, mode: Mode, before: dict[str, Any], namespace: dict[str, Any]) -> list[Firing]:
+    def _firings(self, here: Site, mode: Mode, before: dict[str, Any], namespace: dict[str, Any],
+                 loading: Reload | str | None, passing: bool) -> list[Firing]:
         """What a decision carried out at a crash passes over (`_passed_over`); none, said as DaiFu's
         failure, when reading it fails: counting never costs the repair."""
         try:
-            return self._passed_over(here, mode, before, namespace)
+            return self._passed_over(here, mode, before, namespace, loading, passing)
         except Exception as internal:
             warnings.warn(f"DaiFu could not count what a repair of {self.qualname} passed over: {internal!r}",
                           RuntimeWarning, 2)
             return []
 
     @staticmethod
-    def _passed_over(here: Site, mode: Mode, before: dict[str, Any], namespace: dict[str, Any]) -> list[Firing]:
+    def _passed_over(here: Site, mode: Mode, before: dict[str, Any], namespace: dict[str, Any],
+                     loading: Reload | str | None = None, passing: bool = False) -> list[Firing]:
         """What a decision carried out at a crash passes over, resuming at `here` in `mode`: the rest of
         the iteration (`SkipIteration`), the statement skipped, the rest of a loop ended by skipping its
-        header, the item a loop header failed to load, the rows its actions dropped (`before`: the
-        locals before they ran)."""
+        header, the item a loop header failed to load (`passing`: a `SkipIteration` passed it over;
+        else `loading` could not load it again, and says why), the rows its actions dropped (`before`:
+        the locals before they ran)."""
         from daifu.core.account import (
             Firing,
             dropped_rows,
@@ -642,6 +661,7 @@ class Vaccine:
             plan_of,
             work_of,
         )
+        from daifu.core.refetch import Reload
 
         fdef, path = here.version.fdef, here.path
         firings: list[Firing] = []
@@ -662,8 +682,13 @@ class Vaccine:
         elif mode in (Mode.LOOP_EXHAUSTED, Mode.LOOP_NEXT) and isinstance(here.node, ast.For):
             depth = sum(isinstance(node_at(fdef, path[:end]), ast.For) for end in range(1, len(path), 2))
             own = namespace.get(f"@it{depth}")
-            how = "skip-loop" if mode is Mode.LOOP_EXHAUSTED else "next-item"
-            firings.append(Firing(how, None, 1, 0, 0, plan_of(own), own))
+            if mode is Mode.LOOP_EXHAUSTED:
+                firings.append(Firing("skip-loop", None, 1, 0, 0, plan_of(own), own))
+            elif passing:
+                samples = loading.samples if isinstance(loading, Reload) else None
+                firings.append(Firing("next-item", samples, 1, 0, 0, plan_of(own), own))
+            elif not isinstance(loading, Reload):
+                firings.append(Firing("next-item", None, 1, 0, 0, plan_of(own), own, why=loading))
         return firings
 
     @staticmethod
@@ -785,6 +810,35 @@ class Vaccine:
     def _retry_mode(self, site: Site, namespace: dict[str, Any]) -> Mode:
         return Mode.LOOP_NEXT if _loop_iterator(site, namespace) is not None else Mode.AT
 
+    def _skip_iteration_mode(self, site: Site, namespace: dict[str, Any] | None) -> Mode:
+        """A `SkipIteration` at the header of a `for` loop whose iterator failed to load an item passes
+        over that item: the loop goes on with the next one (`Mode.LOOP_NEXT`). Anywhere else (a `for`
+        header whose iterator could not be made, or is a generator that ended when it raised, which
+        has no next item; a `while` test) it leaves the rest of the iteration of the loop around the
+        statement, as a `continue` there would."""
+        iterator = _loop_iterator(site, namespace) if namespace is not None else None
+        if iterator is not None and not finished_generator(iterator):
+            return Mode.LOOP_NEXT
+        return Mode.NEXT_ITERATION
+
+    @staticmethod
+    def _reload(here: Site, mode: Mode, raised: tuple[BaseException, FrameType | None],
+                namespace: dict[str, Any]) -> Reload | str | None:
+        """For a run resumed at a `for` header asking its iterator for its next item: the item that
+        failed to load, ready to be loaded again (`daifu.core.refetch`), or why it cannot be; `None`
+        for any other resume. A failure of DaiFu's own here is a reason: the loop goes on as before."""
+        if mode is not Mode.LOOP_NEXT or not isinstance(here.node, ast.For):
+            return None
+        from daifu.core.refetch import reload
+
+        error, frame = raised
+        if frame is None:
+            return "the frame that crashed is not known"
+        try:
+            return reload(error, frame, _loop_iterator(here, namespace))
+        except Exception as internal:  # noqa: BLE001 - never costs the repair: the loop goes on as before
+            return f"DaiFu could not tell whether it can be ({internal!r})"
+
     def _skip_mode(self, site: Site) -> Mode:
         if site.header and _kind(site.node) in ("for", "while"):
             return Mode.LOOP_EXHAUSTED
@@ -853,9 +907,9 @@ class Vaccine:
                 elif isinstance(step, Action):
                     compile(step.code, "<daifu action>", "exec", dont_inherit=True)
                 elif isinstance(step, SkipIteration):
-                    if not self._ends_step(here, Mode.NEXT_ITERATION):
-                        here.version.rewriter.continuation(here.version.fdef, here.path, Mode.NEXT_ITERATION)
-                    mode = Mode.NEXT_ITERATION
+                    mode = self._skip_iteration_mode(here, namespace)
+                    if not self._ends_step(here, mode):
+                        here.version.rewriter.continuation(here.version.fdef, here.path, mode)
                 elif isinstance(step, Skip):
                     mode = Mode.AFTER
             if with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
@@ -904,7 +958,7 @@ class Vaccine:
         def run() -> Any:
             resumed = live.copy()
             sizes = repair_path.sizes(resumed.namespace)
-            handover = self._prepare(decision, crash, resumed, Flavour.TRIAL)
+            handover = self._prepare(decision, crash, resumed, Flavour.TRIAL, give_back=not in_process)
             if in_process:
                 inprocess.hold(handover.namespace)  # the live run's loop iterators are never advanced
             self._trying = _Trying(decision, crash, live.site, self._resumed_site(decision, live.site))

@@ -626,6 +626,12 @@ def withheld(iterator: Any, frame: FrameType | None) -> None:
     _send(Outcome.COMPLETED, frame=frame)
 
 
+def in_process() -> bool:
+    """Whether this trial runs in process (`daifu.core.inprocess`): on the live objects, which it must not
+    change beyond what its rollback puts back."""
+    return bool(_CHILD) and _CHILD[0].inprocess
+
+
 def may_apply_again() -> bool:
     """Whether a repeat of the crash tried may have the decision applied again in the copy (child only),
     as the real run would: not when it was applied in this same iteration (it did not get past it)."""
@@ -649,14 +655,15 @@ def applied(what: str | None, rows: int = 0, dropped: str = "") -> None:
         passed_over(dropped, rows)
 
 
-def _close(frame: FrameType | None, complete: bool) -> None:
+def _close(frame: FrameType | None, complete: bool) -> health.Health | None:
     """Note the facts of the open iteration, ended (`complete`) or not; a framework's step's losses are
-    those its call returned (`_step_returned`), not those of `frame`."""
+    those its call returned (`_step_returned`), not those of `frame`. Returns the health it read (`None`
+    when no iteration was open): the verdict made right after reads the same, and takes it."""
     child = _CHILD[0]
     looking = child.horizon
     it = looking.open
     if it is None:
-        return
+        return None
     looking.open = None
     found = health.examine(child.before, child.view(frame) if frame is not None else None)
     taken = steps.taken()
@@ -667,6 +674,7 @@ def _close(frame: FrameType | None, complete: bool) -> None:
         tuple(found.spoilt), tuple(found.discarded), tuple(found.untrained),
     ))
     looking.last = it.index
+    return found
 
 
 def _go_on(frame: FrameType | None) -> None:
@@ -830,10 +838,10 @@ def _verdict(outcome: Outcome, detail: str, where: str, frame: FrameType | None,
     looking = child.horizon
     if finished and not looking.ended and looking.open is not None:
         looking.ended = RETURNED
-    _close(frame, complete=finished)
+    closed = _close(frame, complete=finished)
     seconds = time.perf_counter() - child.started
     peak = 0 if child.inprocess else trial_memory.peak()
-    found = health.examine(child.before, child.view(frame))
+    found = closed if closed is not None and frame is not None else health.examine(child.before, child.view(frame))
     totals = running_totals(frame.f_code if frame is not None else None)
     judged = {name: value for name, value in found.losses_before.items() if name not in totals}
     return Verdict(

@@ -325,13 +325,22 @@ class Entry:
         settings = self.settings
         item, target = self._item(), repairs.repairs_path(settings.workspace if settings is not None else None)
         trial = f"; {self.extra['trial']}" if self.extra.get("trial") else ""
-        passed = f"; {self.extra['passed_over']['text']}" if self.extra.get("passed_over") else ""
+        passed = self._passed()
         told = f"repair {self.number}: {self._where()}: {self._what()} (by {self._by()}){trial}{passed}; resumed in"
         waited = float(self.extra.get("waited_ms") or 0.0)
         milliseconds = (time.perf_counter() - started) * 1000.0 - waited
         item["duration_ms"] = round(milliseconds, 3)
         repairs.append(item, target)
         say(f"{told} {milliseconds:.1f} ms" + (f", after {waited / 1000:.1f} s waiting for a person" if waited else ""))
+
+    def _passed(self) -> str:
+        """What the repair passed over, for its terminal line; or that the item a loop failed to load is
+        loaded again (`daifu.core.refetch`), or why it could not be."""
+        passed = self.extra.get("passed_over")
+        if passed is None:
+            return f"; {self.extra['loaded_again']}" if self.extra.get("loaded_again") else ""
+        why = passed["firing"].get("why")
+        return f"; {passed['text']}" + (f"; the item the loop failed to load is not loaded again: {why}" if why else "")
 
     def failed(self, decided_by: str) -> None:
         self.decided_by = self.decided_by or decided_by

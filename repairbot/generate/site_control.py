@@ -4,10 +4,12 @@ The same problem gives different messages across PyTorch versions and ops, and a
 rule for still happens at a site of a known kind. When no edit of the code fits, the run can often go
 on by passing over the little that failed, and what may be passed over depends on the site:
 
-- a `for` header whose iterator object raised (a sample its loader could not make): `retry` fetches the
-  next item from the same iterator — it passes over the item that failed. Only when the frame under
-  the header is an iterator object's `__next__`: a generator that raised is finished, and a retry of its
-  loop would end the loop, passing over everything left in it;
+- a `for` header whose iterator object raised (a sample its loader could not make): `skip_iteration`
+  there passes over the item that failed, and the loop goes on with the next item of the same
+  iterator (not `retry`, which loads a DataLoader's failed batch again: the same bad sample would fail
+  the same way). Only when the frame under the header is an iterator object's `__next__`: a generator
+  that raised is finished, and going on with its loop would end the loop, passing over everything
+  left in it;
 - a statement that only reports — a `print`, a logger's, a progress bar's or a metrics board's call —
   and binds nothing: `skip` it; the run loses one line of its log, no trained state;
 - a statement in a `for` loop's iteration that reads that iteration's data (a batch the loop made):
@@ -57,15 +59,16 @@ def propose(view: View) -> Iterator[GeneratedRepair | None]:
 
 
 def _next_item(view: View) -> Iterator[GeneratedRepair | None]:
-    """`retry` of a `for` header whose iterator object raised: the next item, from the same iterator."""
+    """`skip_iteration` at a `for` header whose iterator object raised: the item that failed is passed over,
+    the loop goes on with the next one, from the same iterator."""
     if not isinstance(view.statement, (ast.For, ast.AsyncFor)) or view.exception_types & _CODE_ERRORS:
         return
     below = view.report.frames[1:2]
     if not below or below[0].function not in ("__next__", "__anext__"):
         return
-    yield GeneratedRepair("retry", "The loop's iterator could not make its next item (a sample that cannot be "
-                          "loaded): fetch the item after it from the same iterator.", "exceptional_data", 1,
-                          gives_up=PASSES_ITEM)
+    yield GeneratedRepair("skip_iteration", "The loop's iterator could not make its next item (a sample that "
+                          "cannot be loaded): pass over that item and go on with the one after it, from the same "
+                          "iterator.", "exceptional_data", 1, gives_up=PASSES_ITEM)
 
 
 def _report_skipped(view: View) -> Iterator[GeneratedRepair | None]:
