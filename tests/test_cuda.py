@@ -51,6 +51,19 @@ def test_other_errors_do_not_poison_it(message: str) -> None:
     assert cuda.poisoned(RuntimeError(message)) is None
 
 
+@pytest.mark.parametrize("case", [str, str.lower, str.upper, str.swapcase, str.title])
+def test_every_cuda_error_the_expression_matches_passes_the_word_test_first(case: Any) -> None:
+    """The cheap word test in front of the expression turns away no text the expression matches: each of
+    its alternatives, in any case and inside a message, and each poisoning message, passes it."""
+    alternatives = [part.replace("\\b", "") for part in cuda._CUDA_ERROR.pattern.split("|")]
+    assert all(part.replace("_", "").replace(" ", "").isalnum() for part in alternatives)  # literal words
+    for text in [f"RuntimeError: x {word} y" for word in alternatives] + [f"RuntimeError: {m}" for m in POISONING]:
+        text = case(text)
+        assert cuda._CUDA_ERROR.search(text)
+        assert cuda._may_name_cuda(text), text
+    assert not cuda._may_name_cuda("ConnectionResetError: collective timed out (injected)")
+
+
 def test_out_of_memory_is_told_by_type_or_by_message() -> None:
     assert cuda.out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB"))
     assert cuda.out_of_memory(RuntimeError("[enforce fail at alloc_cpu.cpp:114] DefaultCPUAllocator: out of memory"))

@@ -138,3 +138,18 @@ def test_a_line_file_that_follows_its_path_writes_to_the_file_now_there(tmp_path
     lines.write("three")
     lines.close()
     assert path.read_text() == "three\n"
+
+
+def test_a_surgery_in_short_is_what_it_changes_in_the_version_it_is_compared_with() -> None:
+    """The stripped lines of the running version are kept per source text (`record._stripped_lines`):
+    a surgery compared with another version, and then with the first again, gets each one's answer."""
+    from daifu.core.decisions import Surgery
+    from daifu.store.record import code_in_short
+
+    first = "def f(x):\n    y = x\n    return y\n"
+    second = "def f(x):\n    z = x\n    return z\n"
+    surgery = Surgery("def f(x):\n    y = x\n    return y + 1\n")
+    assert code_in_short(surgery, first) == "return y + 1"
+    assert code_in_short(surgery, second) == "y = x; return y + 1"
+    assert code_in_short(surgery, first) == "return y + 1"
+    assert code_in_short(Surgery(second), second) == ""

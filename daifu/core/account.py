@@ -473,8 +473,9 @@ def find_probes(old_fdef: ast.FunctionDef, old_lines: list[str], old_probes: Map
         if tag == "equal":
             for offset in range(old_end - old_start):
                 kept[first_lineno + new_start + offset] = first_lineno + old_start + offset
+    # the old version's probes by place; the function as written has none, and its tree is not walked for them
     inherited = {_line_key(node): found for node in _statements(old_fdef)
-                 if (found := old_probes.get(id(node))) is not None}
+                 if (found := old_probes.get(id(node))) is not None} if old_probes else {}
     probes: dict[int, Probe] = {}
     for node, changed_test in _in_loops(new_fdef, kept):
         old_line = kept.get(node.lineno)

@@ -28,6 +28,14 @@ _CUDA_ERROR = re.compile(r"\bCUDA error\b|\bCUDA_ERROR_|\bcudaError|\bCUBLAS_STA
                          re.IGNORECASE)
 
 
+def _may_name_cuda(text: str) -> bool:
+    """Whether `text` may be a CUDA error's: every text `_CUDA_ERROR` matches holds one of these words
+    in any case (their letters have no other case-insensitive match). A crash's message is tested
+    here first: searching it with the expression costs five times more, and nearly none is CUDA's."""
+    lowered = text.lower()
+    return "cuda" in lowered or "cubla" in lowered or "acceleratorerror" in lowered
+
+
 def _torch() -> Any:
     """torch if the program loaded it (never imported here), else `None`."""
     return sys.modules.get("torch")
@@ -107,7 +115,7 @@ def poisoned(error: BaseException) -> str | None:
 
 def poisoned_text(text: str) -> str | None:
     """`poisoned` for an error already made text (`Type: message`, as a trial's verdict holds it)."""
-    if not (_CUDA_ERROR.search(text) and _POISONING.search(text)):
+    if not (_may_name_cuda(text) and _CUDA_ERROR.search(text) and _POISONING.search(text)):
         return None
     return text.strip().splitlines()[0][:200]
 

@@ -867,7 +867,8 @@ class Vaccine:
         except ValueError as error:
             raise RepairRefused(f"the new source is refused: {error}") from None
         try:
-            known = set(self.function.__globals__) | set(self.free_names)
+            # looked up only for the names the new source reads that the old one did not: seldom any
+            known = ChainMap(self.function.__globals__, dict.fromkeys(self.free_names))
             plan = plan_surgery(site.version, new, site.path, known)
         except SurgeryRefused as refusal:
             raise RepairRefused(str(refusal)) from None

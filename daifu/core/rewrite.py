@@ -692,7 +692,8 @@ class Rewriter:
             at = located(fdef)
             targets = ast.Tuple(elts=[ast.Name(id=name, ctx=ast.Store(), **at) for name in present],
                                 ctx=ast.Store(), **at)
-            names = ast.Tuple(elts=[ast.Constant(name, **at) for name in present], ctx=ast.Load(), **at)
+            # one tuple constant, as the compiler folds a tuple of constants
+            names = ast.Constant(present, **at)  # type: ignore[arg-type]
             prologue.append(ast.Assign(targets=[targets], value=_call("values", _name("@ns"), names)))
         return _at(prologue + [_clear_namespace()], fdef)
 

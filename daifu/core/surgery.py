@@ -153,9 +153,10 @@ def unknown_names(reads: set[str], names: Collection[str]) -> set[str]:
     module now, and unknown even if the crashed frame still holds a stale value of that name. Its
     decorators and default values are not its code's (they were evaluated when the function was
     defined), nor are annotations. `plan_surgery` passes only the reads the crashed version did not
-    make: what the change introduces.
+    make: what the change introduces, most often none: then nothing is looked up.
     """
-    return reads - set(names) - set(dir(builtins)) - {"__class__"}
+    known = vars(builtins)
+    return {name for name in reads if name not in names and name not in known and name != "__class__"}
 
 
 # -- where the run resumes ---------------------------------------------------------------------

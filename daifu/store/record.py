@@ -163,21 +163,30 @@ def edit_in_short(decision: Decision, running: str) -> str:
 def code_in_short(decision: Decision, running: str) -> str:
     """The code `decision` carries, on one line (`daifu.core.gist`): a surgery's lines that `running`
     lacks, a patch's new body, an action's statements (a `def` by its header); `""` when it carries none."""
-    from daifu.core.decisions import Patch, Surgery
-    from daifu.core.gist import body, statements
     from daifu.core.kinds import code_of
 
     code = code_of(decision) or ""
-    if not code:
+    if not code:  # a retry, a skip: nothing more to import in the restore window
         return ""
+    from daifu.core.decisions import Patch, Surgery
+    from daifu.core.gist import body, statements
+
     if isinstance(decision, Surgery):  # what changed, not the whole function
-        old = {line.strip() for line in running.splitlines()}
+        old = _stripped_lines(running)
         lines = [line.strip() for line in code.splitlines() if line.strip() and line.strip() not in old]
     elif isinstance(decision, Patch):  # the callee's new body
         lines = body(code)
     else:
         lines = statements(code)
     return _cut("; ".join(lines))
+
+
+@functools.lru_cache(maxsize=4)
+def _stripped_lines(source: str) -> frozenset[str]:
+    """The lines of `source`, stripped: what a surgery's lines are compared with. A pure function of
+    the text, kept for the few sources last asked about: each surgery of a run is compared with the
+    version it changes, and the terminal line of its repair is composed inside the restore window."""
+    return frozenset(line.strip() for line in source.splitlines())
 
 
 def _cut(text: str, limit: int = 100) -> str:
