@@ -812,7 +812,7 @@ def _send(outcome: Outcome, detail: str = "", where: str = "", frame: FrameType 
     in process, raise it (`daifu.core.inprocess.Ended`) to the trial's caller. An iteration still open is
     noted as ended only when the function `finished` (returned) inside it."""
     _SENDING.append(True)
-    if _CHILD and _CHILD[0].inprocess:
+    if in_process():
         try:
             verdict = _verdict(outcome, detail, where, frame, reached, finished)
         except Exception as error:  # noqa: BLE001 - a verdict that cannot be made is a failed trial
