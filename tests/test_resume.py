@@ -101,6 +101,46 @@ def test_action_rebinds_locals_and_globals_then_retries(decide):
     del globals()["OFFSET_FROM_ACTION"]
 
 
+LEARNING_RATE = 20.0
+
+
+def test_action_reads_and_rebinds_a_module_global_the_function_reads(decide):
+    """`lr = lr / 2` on a module global: the action reads its value first, as the function would, and
+    rebinds it in the module (it raised UnboundLocalError: an assigned name was the action's local)."""
+    decide(daifu.Action("LEARNING_RATE = LEARNING_RATE / 2"), daifu.Action("LEARNING_RATE *= 0.5"))
+    calls = Flaky(fail_on=[2, 4])
+
+    @daifu.transform
+    def f():
+        used = []
+        for i in range(3):
+            calls()
+            used.append(LEARNING_RATE)
+        return used
+
+    try:
+        assert f() == [20.0, 10.0, 5.0]
+        assert LEARNING_RATE == 5.0
+    finally:
+        globals()["LEARNING_RATE"] = 20.0
+
+
+def test_an_action_that_raises_puts_back_the_module_globals_it_rebound(decide, capfd):
+    seen = decide(daifu.Action("LEARNING_RATE = LEARNING_RATE / 2\nraise RuntimeError('oops')"), daifu.Action("pass"))
+
+    flaky = Flaky(fail_on=[1])
+
+    @daifu.transform
+    def f():
+        flaky()
+        return LEARNING_RATE
+
+    assert f() == 20.0 and LEARNING_RATE == 20.0
+    assert seen[1].tried[0][1] == "refused: the action raised RuntimeError: oops"
+    told = capfd.readouterr().err
+    assert "from policy refused: the action raised RuntimeError: oops" in told  # the terminal says why
+
+
 def test_action_can_replace_an_undecorated_callee(decide):
     def broken(x):
         raise ValueError("bug in callee")

@@ -4,7 +4,9 @@ The action's code becomes the body of a function nested in the crashed function'
 the frame's locals is a variable of that scope, which the action reads and rebinds; a class or
 function the action defines sees the action's other definitions (and itself, as
 `super(Policy, self)` needs) through ordinary closures. Names the action binds that are not the
-function's locals become the module's globals, as the console's users expect.
+function's locals become the module's globals, as the console's users expect; a module global the
+function reads that the action assigns (`lr = lr / 2`, `lr *= 0.5`) is the module's variable in the
+action too (`global`), so the action reads its value before rebinding it, as the function would.
 
 Under the prototype's scope model (`daifu.core.seedscope`) the function's variables are module
 globals, and an action runs as the prototype ran it: as module code, in the module's namespace
@@ -48,20 +50,48 @@ class ActionFailed(Exception):
     """The action does not compile, or raised; the message says which and where."""
 
 
+def _parse(code: str, filename: str) -> ast.Module:
+    try:
+        return ast.parse(code, filename)
+    except SyntaxError as error:
+        raise ActionFailed(f"the action does not parse: line {error.lineno} of the action: {error.msg}") from None
+
+
 @functools.lru_cache(maxsize=64)
-def compile_action(code: str, names: tuple[str, ...], flags: int = 0) -> CodeType:
-    """The code object of `code` as a function whose free variables are `names`.
+def assigned(code: str) -> frozenset[str]:
+    """The variables the action's own scope assigns (`=`, `+=`, an annotation with a value, a `for` or
+    `with` target, `except ... as`, `:=`, `del`): not those of the functions, classes, lambdas and
+    comprehensions it holds, nor the names its `def`, `class` and `import` statements bind."""
+    found: set[str] = set()
+    todo: list[ast.AST] = list(_parse(code, "<daifu action>").body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
+                             ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            found.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            found.add(node.name)
+        todo.extend(ast.iter_child_nodes(node))
+    return frozenset(found)
+
+
+@functools.lru_cache(maxsize=64)
+def compile_action(code: str, names: tuple[str, ...], flags: int = 0, module_names: tuple[str, ...] = ()) -> CodeType:
+    """The code object of `code` as a function whose free variables are `names` and in which the module
+    globals `module_names` are declared `global`.
 
     Kept for the next time: the same action at the same site (a repeated crash, a replay) reuses it.
     """
     filename = f"<daifu action {next(_numbers)}>"
-    try:
-        tree = ast.parse(code, filename)
-    except SyntaxError as error:
-        raise ActionFailed(f"the action does not parse: line {error.lineno} of the action: {error.msg}") from None
+    tree = _parse(code, filename)
     declared = {name for statement in tree.body if isinstance(statement, ast.Global) for name in statement.names}
     variables = [name for name in names if name.isidentifier() and not keyword.iskeyword(name) and name not in declared]
     body: list[ast.stmt] = [ast.Nonlocal(names=variables)] if variables else []
+    shared = [name for name in module_names if name not in declared and name not in variables]
+    if shared:
+        body.append(ast.Global(names=shared))
     body += tree.body
     body.append(ast.Return(value=ast.Call(func=ast.Name(id="locals", ctx=ast.Load()), args=[], keywords=[])))
     action = function_def("@action", body)
@@ -83,22 +113,25 @@ def run_action(
 
     `local_names` are the function's local variables: the action's bindings of those go to
     `namespace` (an unbound one is removed), its other bindings to the module's globals. Returns
-    the module globals it bound, with their old values.
+    the module globals it bound, with their old values; an action that raises leaves them as they were.
     """
     names = tuple(name for name in namespace if name.isidentifier())
-    compiled = compile_action(code, names, flags)
+    module_names = tuple(sorted(name for name in assigned(code)
+                                if name in globals_ and name not in namespace and name not in local_names))
+    compiled = compile_action(code, names, flags, module_names)
     cells = {name: CellType(namespace[name]) for name in compiled.co_freevars if name in namespace}
     function = make_function(compiled, globals_, cells)
+    journal: Undo = {name: globals_[name] for name in module_names}  # rebound in place by the action
     try:
         bound = function()
     except Exception as error:
+        undo(globals_, journal)
         raise ActionFailed(f"the action raised {type(error).__name__}: {error}") from error
     for name, cell in cells.items():
         try:
             namespace[name] = cell.cell_contents
         except ValueError:  # `del name` in the action
             del namespace[name]
-    journal: Undo = {}
     for name, value in bound.items():
         if name in cells:
             continue

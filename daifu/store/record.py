@@ -298,6 +298,8 @@ class Entry:
     """More facts for `repairs.jsonl` (trials and their verdicts, the bot's answer)."""
     rank: int | None = None
     """The rank the record file of this repair was chosen for (`begin`): its lines and its JSON line say it."""
+    refusals: set[str] = field(default_factory=set)
+    """The refusals said on the terminal: a decider that offers the same decision again is not said twice."""
 
     def decided(self, decision: Decision, decided_by: str) -> None:
         from daifu.core.kinds import step_names
@@ -312,6 +314,10 @@ class Entry:
 
         what = "+".join(step_names(decision))
         _line("WARNING", f"Repair {self.number}: {what} from {decided_by} refused: {reason}")
+        told = f"repair {self.number}: {edit_in_short(decision, self.crash.source)} from {decided_by} refused: {reason}"
+        if told not in self.refusals:  # the terminal says why, not only the record: "not repaired" must be explained
+            self.refusals.add(told)
+            say(told)
 
     def resumed(self, started: float) -> None:
         """The run resumes now; `started` was `time.perf_counter()` at the crash.
