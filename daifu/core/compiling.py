@@ -19,7 +19,7 @@ import ast
 import linecache
 import os
 import sys
-from types import CellType, CodeType, FunctionType
+from types import CellType, CodeType, FunctionType, TracebackType
 from typing import Any
 from collections.abc import Mapping
 
@@ -164,3 +164,23 @@ def register_source(filename: str, first_lineno: int, source: str) -> None:
     `first_lineno` on: the text of code that exists in no file (a surgery's version, an action)."""
     lines = ["\n"] * (first_lineno - 1) + source.splitlines(keepends=True)
     linecache.cache[filename] = (len(source), None, lines, filename)
+    _uncaught_tracebacks_read_linecache()
+
+
+def _uncaught_tracebacks_read_linecache() -> None:
+    """Before Python 3.13 the interpreter prints an uncaught exception in C, reading each line of its
+    traceback from the file a frame names: the lines of code that exists in no file (`register_source`)
+    are missing there, though `traceback` and every tool that reads `linecache` show them. The default
+    hook then gives way to one that prints with `traceback` (the same text, with those lines); a hook
+    the program installed is left as it is."""
+    if sys.version_info < (3, 13) and sys.excepthook is sys.__excepthook__:
+        sys.excepthook = _print_uncaught
+
+
+def _print_uncaught(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
+    import traceback
+
+    try:
+        traceback.print_exception(kind, error, tb)
+    except Exception:  # noqa: BLE001 - the interpreter's own printer, rather than nothing
+        sys.__excepthook__(kind, error, tb)

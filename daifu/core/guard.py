@@ -14,6 +14,7 @@ resumes inside the body re-enters it through a `Guard` made from those two (`Gua
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -64,6 +65,22 @@ class Handover(BaseException):
         if self.collecting:
             gc.enable()
         return namespace
+
+
+LEAVES_FRAMES_OUT = sys.version_info >= (3, 11)
+"""Whether a bare `raise` re-raises an exception with its own `__traceback__` (since Python 3.11), so that a
+frame can leave itself out of it (`unseen`); on 3.10 it re-raises the traceback its handler caught."""
+
+
+def unseen(error: BaseException) -> None:
+    """Leave the calling frame out of the traceback of `error`, which it heads, before a bare `raise`.
+
+    The frame of a repaired call that runs its continuations, and a surgery's stub that calls the new
+    code, are DaiFu's: an exception leaving the call shows the frames it would show without DaiFu (the
+    continuation's, where the user's statement raised), not one more at the `def` line."""
+    head = error.__traceback__
+    if head is not None and head.tb_next is not None and head.tb_frame is sys._getframe(1):
+        error.__traceback__ = head.tb_next
 
 
 def mark_passed(error: BaseException) -> None:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from daifu.core.guard import Guard, Handover, exited, mark_passed, no_protocol
+from daifu.core.guard import Guard, Handover, exited, mark_passed, no_protocol, unseen
 
 
 class Helpers:
@@ -41,6 +41,7 @@ class Helpers:
     exited = staticmethod(exited)
     mark_passed = staticmethod(mark_passed)
     no_protocol = staticmethod(no_protocol)
+    unseen = staticmethod(unseen)
     iter = staticmethod(builtins.iter)
     isinstance = staticmethod(builtins.isinstance)
     type = builtins.type

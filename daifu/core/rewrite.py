@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from daifu.core.blocks import COMPOUND, TRY, Path, block_of, child_blocks, path_of
 from daifu.core.compiling import RUNTIME, located, no_arguments
 from daifu.core.compiling import place as _at
+from daifu.core.guard import LEAVES_FRAMES_OUT
 
 if TYPE_CHECKING:
     from daifu.core.account import Probe
@@ -193,6 +194,17 @@ def number_finals(statements: list[ast.stmt]) -> int:
             setattr(statement, "_daifu_final", count)  # noqa: B010 - an attribute of ours, not of `ast`
             count += 1
     return count
+
+
+def unseen(body: list[ast.stmt]) -> list[ast.stmt]:
+    """`body` in a `try` whose handler leaves the frame running it out of an exception's traceback
+    (`guard.unseen`), where Python can (3.11 on): the frame that runs a repaired call's continuations,
+    and a surgery's stub, run at the `def` line and show nothing of the user's."""
+    if not LEAVES_FRAMES_OUT:
+        return body
+    handler = ast.ExceptHandler(type=_rt("BaseException"), name="@e",
+                                body=[ast.Expr(_call("unseen", _name("@e"))), ast.Raise()])
+    return [ast.Try(body=body, handlers=[handler], orelse=[], finalbody=[])]
 
 
 def _name(identifier: str, store: bool = False) -> ast.Name:
@@ -521,7 +533,7 @@ class Rewriter:
                            args=[ast.Call(func=ast.Attribute(value=_name("@k"), attr="start", ctx=ast.Load()),
                                           args=[], keywords=[])], keywords=[])
             finished = ast.UnaryOp(op=ast.Not(), operand=_call("isinstance", _name("@k"), _rt("Handover")))
-            loop = ast.While(test=ast.Constant(True), body=[_assign("@k", run), ast.If(
+            loop = ast.While(test=ast.Constant(True), body=[*unseen([_assign("@k", run)]), ast.If(
                 test=finished, body=[ast.Return(value=_name("@k"))], orelse=[])], orelse=[])
             after = _at([loop], _def_line(fdef))
         handover = ast.ExceptHandler(type=_rt("Handover"), name="@e", body=handover_body)

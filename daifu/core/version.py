@@ -15,7 +15,7 @@ from daifu.core.blocks import TRY, Path, annotate, child_blocks, shared_lines
 from daifu.core.changes import Change, derivable, run_reads, small_change
 from daifu.core.compiling import RUNTIME, compile_definition, place, qualified
 from daifu.core.reads import ModuleNames, module_names
-from daifu.core.rewrite import Flavour, Mode, Rewriter, Scope, number_finals
+from daifu.core.rewrite import Flavour, Mode, Rewriter, Scope, number_finals, unseen
 from daifu.core.seedscope import SeedNames, body_definition, declared_body, seed_names
 from daifu.core.source import normalize, parse_function
 from daifu.core.splice import shared_after, splice
@@ -135,7 +135,8 @@ class Version:
         with it: `return @rt.compiled()(a, *args, k=k, **kw)` (`Vaccine.compiled`).
 
         Its closure variables are named in a branch that never runs, so that it can replace the
-        function's code in place; it runs on the `def` line, as a resumed frame's code does.
+        function's code in place; it runs on the `def` line, as a resumed frame's code does, and leaves
+        itself out of the traceback of an exception that leaves the call (`rewrite.unseen`).
         """
         fdef = self._definition()
         arguments = fdef.args
@@ -147,7 +148,7 @@ class Version:
             keywords.append(ast.keyword(arg=None, value=_load(arguments.kwarg.arg)))
         runtime = ast.Call(func=ast.Attribute(value=ast.Constant(RUNTIME), attr="compiled", ctx=ast.Load()),
                            args=[], keywords=[])
-        body: list[ast.stmt] = [ast.Return(value=ast.Call(func=runtime, args=positional, keywords=keywords))]
+        body = unseen([ast.Return(value=ast.Call(func=runtime, args=positional, keywords=keywords))])
         if self.free_names:
             named = ast.Tuple(elts=[_load(name) for name in self.free_names], ctx=ast.Load())
             body.append(ast.If(test=ast.Constant(False), body=[ast.Expr(named)], orelse=[]))
