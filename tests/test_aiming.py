@@ -238,3 +238,42 @@ def test_the_programs_own_formatting_and_lists_are_no_effects(tmp_path: Path) ->
     crash = dataclasses.replace(crash, frame=frame)
     fixed = crash.source.replace("model(x), y)", "model(x), y.long())")
     assert check_surgery_safety(fixed, context_for(crash)).ok
+
+
+class SetsItsGroups(torch.nn.Linear):
+    def configure_optimizers(self, settings: dict[str, float]) -> torch.optim.Optimizer:
+        no_decay = set()
+        for name, _ in self.named_parameters():
+            if name.endswith("bias"):
+                no_decay.add(name)
+        return torch.optim.SGD(self.parameters(), lr=settings["lr"])
+
+
+class Trainer:
+    def __init__(self, model: torch.nn.Module, batches: list[torch.Tensor]) -> None:
+        self.model, self.batches, self.settings = model, batches, {"lr": 0.1}
+
+    def run(self) -> float:
+        model, settings = self.model, self.settings
+        self.optimizer = model.configure_optimizers(settings)
+        for x in self.batches:
+            self.loss = model(x).pow(2).mean()
+            self.optimizer.zero_grad()
+            self.loss.backward()
+            self.optimizer.step()
+        return float(self.loss.detach())
+
+
+def test_a_helper_adding_to_a_set_it_built_is_no_effect() -> None:
+    """minGPT's `configure_optimizers` collects parameter names in `set()`s: `no_decay.add(name)`, a method
+    named as some system objects' (a tar archive's `add`), was taken for reaching the system, so a fix in
+    the method calling it, which rebinds an attribute of `self` that aims it, needed a person. A name the
+    helper binds only to a container it built is that container."""
+    trainer = Trainer(SetsItsGroups(16, 1), [torch.randn(8, 16), torch.randn(8, 4, 4)])
+    crash = crash_from(Trainer.run, trainer)
+    assert "cannot be multiplied" in str(crash.exception), crash.exception
+    frame = next(f for f, _ in traceback.walk_tb(crash.exception.__traceback__) if f.f_code is Trainer.run.__code__)
+    crash = dataclasses.replace(crash, frame=frame)
+    fixed = crash.source.replace("model(x).pow(2)", "model(x.flatten(1)).pow(2)")
+    verdict = check_surgery_safety(fixed, context_for(crash))
+    assert verdict.ok, verdict.reasons

@@ -21,7 +21,6 @@ from daifu.decide.allowlist_tables import (
     BOUNDS_NOT_SIZES,
     BROAD_EXCEPTIONS,
     BUILTINS,
-    CONTAINER_BUILDERS,
     CONTAINER_METHODS,
     CONTEXT_MANAGERS,
     IMPORTS,
@@ -34,6 +33,7 @@ from daifu.decide.allowlist_tables import (
     STRING_METHODS,
     STRING_RESULTS,
     VALUES,
+    builds_container,
 )
 from daifu.decide.allowlist_callables import program_function
 from daifu.decide.allowlist_reach import Reach
@@ -110,7 +110,7 @@ class Checker:
                 for target, value in _bindings(node):
                     for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
                         simple = isinstance(target, ast.Name) and value is not None
-                        container_bindings.setdefault(name, []).append(simple and _builds_container(value))
+                        container_bindings.setdefault(name, []).append(simple and builds_container(value))
                         string_bindings.setdefault(name, []).append(simple and self._makes_string(value))
         self.made_containers = {name for name, kinds in container_bindings.items() if all(kinds)}
         self.made_strings = {name for name, kinds in string_bindings.items() if all(kinds)}
@@ -657,12 +657,6 @@ def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr | None]]:
     if isinstance(node, ast.withitem) and node.optional_vars is not None:
         return [(node.optional_vars, None)]
     return []
-
-
-def _builds_container(value: ast.expr | None) -> bool:
-    if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
-        return True
-    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in CONTAINER_BUILDERS
 
 
 def _size_arguments(node: ast.Call, path: str | None) -> Iterator[ast.expr]:

@@ -14,7 +14,9 @@ it and without running any of it, is:
   (`os.path.join`, `pathlib.Path(...)`);
 - a builtin that runs or loads code or reads input (`exec`, `eval`, `__import__`, `input`);
 - a method of a value the frame holds, by what its class defines there (a `Path`'s `.unlink()`; not a
-  list's `.remove()`, a tensor's `.copy_()`); on any other receiver, a method named as one of the
+  list's `.remove()`, a tensor's `.copy_()`; in a function of the program, not a method of a local it
+  binds only to containers it builds, `no_decay = set()` then `no_decay.add(name)`); on any other
+  receiver, a method named as one of the
   system's (`.unlink()`, `.write_text()`, `.touch()`) or as a library's writer (`.save_pretrained(path)`,
   `.to_csv(path)`) or logger (`.add_scalar()`, `.log()`);
 - a function or method of the program whose own source, followed `DEPTH` calls deep, reaches it
@@ -62,7 +64,7 @@ from daifu.decide.allowlist_system import (
     in_system_module,
     system_attributes,
 )
-from daifu.decide.allowlist_tables import MODULE_ALIASES
+from daifu.decide.allowlist_tables import MODULE_ALIASES, builds_container
 
 DEPTH = 3
 """How many calls into the program's own functions are followed from a repair's call."""
@@ -104,12 +106,15 @@ class Reach:
         modules: Mapping[str, str] | None = None,
         depth: int = DEPTH,
         seen: dict[int, Summary] | None = None,
+        containers: frozenset[str] = frozenset(),
     ) -> None:
         self.namespace = namespace
         self.module = module
         self.modules = dict(modules or {})
         self.depth = depth
         self.seen: dict[int, Summary] = {} if seen is None else seen
+        self.containers = containers
+        """Locals of the code judged that hold only containers it built (`made_containers`)."""
 
     def call(self, node: ast.Call) -> Effect | None:
         """The effect of `node`, if its callee reaches the system."""
@@ -143,7 +148,8 @@ class Reach:
         except Exception:  # noqa: BLE001 - a function whose source cannot be read cannot be cleared
             return Summary(f"the source of `{function.__qualname__}`, which cannot be read")
         modules = _imports(tree)
-        inner = Reach(function.__globals__, str(function.__module__), modules, self.depth - 1, self.seen)
+        inner = Reach(function.__globals__, str(function.__module__), modules, self.depth - 1, self.seen,
+                      made_containers(tree))
         filename = os.path.basename(function.__code__.co_filename)
         found, severe = None, False
         for node in ast.walk(tree):
@@ -207,6 +213,8 @@ class Reach:
         name, receiver = func.attr, func.value
         if isinstance(receiver, ast.Constant):
             return None  # `'loss {}'.format(loss)`: a literal's method
+        if isinstance(receiver, ast.Name) and receiver.id in self.containers:
+            return None  # a list, dict or set the function built: its methods change only that container
         held = self.namespace.get(receiver.id, MISSING) if isinstance(receiver, ast.Name) else MISSING
         if held is not MISSING and not is_system(type(held)):
             return self._value_effect(node, static_attribute(held, name), text, receiver)  # its class says
@@ -238,6 +246,26 @@ class Reach:
         targets = _aiming_arguments(node, function, summary.aiming, receiver if bound else None)
         return Effect(text, targets, f"which reaches {summary.found}", reads=summary.reads and bool(summary.aiming),
                       severe=summary.severe)
+
+
+def made_containers(tree: ast.AST) -> frozenset[str]:
+    """The names `tree` (a function's source) binds only by assigning a container it builds (`[]`, `{}`,
+    `set()`, a comprehension): every other way of binding a name (a parameter, a loop, `with`, an unpacking,
+    a call's result, `global`) leaves it out."""
+    built: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and builds_container(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            built.update(id(target) for target in targets if isinstance(target, ast.Name))
+    stored: dict[str, bool] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            stored[node.id] = stored.get(node.id, True) and id(node) in built
+        elif isinstance(node, ast.arg):
+            stored[node.arg] = False
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            stored.update(dict.fromkeys(node.names, False))
+    return frozenset(name for name, only_built in stored.items() if only_built)
 
 
 def _parameters(function: types.FunctionType) -> tuple[str, ...]:

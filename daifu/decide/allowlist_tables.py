@@ -7,6 +7,8 @@ system a repair may not reach in `daifu.decide.allowlist_system`.
 
 from __future__ import annotations
 
+import ast
+
 MAX_SLEEP_S = 60
 """Seconds `time.sleep` may wait unattended; a longer wait needs a person."""
 MAX_INT = 2**32
@@ -156,6 +158,13 @@ MODULE_ALIASES = {"posixpath": "os.path", "ntpath": "os.path", "posix": "os", "n
 BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException"})
 CONTAINER_TYPES = (list, dict, set)
 CONTAINER_BUILDERS = frozenset({"list", "dict", "set", "sorted"})
+
+
+def builds_container(value: ast.expr | None) -> bool:
+    """Whether `value` makes a new list, dict or set (a display, a comprehension, `set()`, `sorted(...)`)."""
+    if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
+        return True
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in CONTAINER_BUILDERS
 
 BOUNDS_NOT_SIZES = frozenset({"torch.randint"})
 """Calls whose plain integer arguments are value bounds; only their tuple (or `size=`) is a size."""
