@@ -43,9 +43,8 @@ def run(tmp_path: Path, ending: str = "", **env: str) -> subprocess.CompletedPro
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(PROGRAM) + textwrap.dedent(ending))
     variables = {k: v for k, v in os.environ.items() if not k.startswith("DAIFU_")}
-    variables.update(
-        DAIFU_WORKSPACE=str(tmp_path / "daifu_workspace"), DAIFU_RECORD=str(tmp_path / "experiment_record.log"), **env
-    )
+    variables.update(DAIFU_WORKSPACE=str(tmp_path / "daifu_workspace"), DAIFU_RECORD=str(tmp_path / "experiment_record.log"))
+    variables.update(env)
     return subprocess.run(
         [sys.executable, str(script)], env=variables, cwd=tmp_path, stdin=subprocess.DEVNULL,
         capture_output=True, text=True, timeout=60,
@@ -74,6 +73,18 @@ def test_a_normal_run_ends_its_record_with_program_end(tmp_path: Path) -> None:
         "INFO | Repair 2 End",
         "INFO | Program End",
     ]
+
+
+def test_daifu_record_naming_a_folder_puts_the_record_in_it(tmp_path: Path) -> None:
+    """A folder in `DAIFU_RECORD` (one that exists, or written with a trailing `/`) holds
+    `experiment_record.log`; it once left the run with no record and a warning."""
+    (tmp_path / "records").mkdir()
+    done = run(tmp_path, DAIFU_RECORD=str(tmp_path / "records"))
+    assert done.returncode == 0 and "RuntimeWarning" not in done.stderr, done.stderr
+    assert messages(tmp_path / "records" / "experiment_record.log")[-1] == "INFO | Program End"
+    done = run(tmp_path, DAIFU_RECORD=str(tmp_path / "new-folder") + "/")
+    assert done.returncode == 0 and "RuntimeWarning" not in done.stderr, done.stderr
+    assert messages(tmp_path / "new-folder" / "experiment_record.log")[0] == "INFO | Program Begin"
 
 
 def test_a_program_that_logs_its_end_gets_one_program_end(tmp_path: Path) -> None:

@@ -61,7 +61,11 @@ _record: dict[str, Any] = {}
 
 
 def _raw_path() -> Path:
-    return Path(os.environ.get("DAIFU_RECORD") or RECORD_FILE)
+    """`DAIFU_RECORD`: the record's path, or a folder to hold `experiment_record.log` (one that exists, or a
+    path written with a trailing `/`): a folder given there once left the run with no record at all."""
+    given = os.environ.get("DAIFU_RECORD") or RECORD_FILE
+    path = Path(given)
+    return path / RECORD_FILE if given.endswith(("/", os.sep)) or path.is_dir() else path
 
 
 def _path() -> Path:
