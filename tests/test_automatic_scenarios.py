@@ -492,6 +492,23 @@ def test_checkpoint_into_a_missing_folder_makes_the_folder(automatic, tmp_path, 
     assert all(torch.equal(saved["model"][k], fixed_saved["model"][k]) for k in fixed_saved["model"])
 
 
+def test_checkpoint_into_a_missing_folder_beside_the_program_makes_it(automatic, tmp_path, bot_url, monkeypatch) -> None:
+    """torch names a one-level relative folder without a separator (`Parent directory checkpoints does not
+    exist.`): making it is still the folder the crash asks for, not an effect that needs a person."""
+    x, y = make_data()
+    model, optimizer = make_model()
+    monkeypatch.chdir(tmp_path)
+    steps = daifu.transform(fresh(train_with_checkpoints))(model, optimizer, x, y, 3, "checkpoints")
+
+    repair = assert_repaired_once(
+        automatic(), tmp_path, bot_url, train_with_checkpoints, "torch.save(", "RuntimeError", "Action"
+    )
+    assert "os.makedirs('checkpoints'" in repair["code"]
+    assert "Parent directory checkpoints does not exist" in repair["exception_message"]
+    assert steps == 12 and sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "epoch0.pt", "epoch1.pt", "epoch2.pt"]
+
+
 def finetune(model, optimizer, x_all, y_all, epochs, pretrained):
     model.load_state_dict(torch.load(pretrained))
     step = 0
@@ -555,9 +572,9 @@ def train_checked_fixed(model, optimizer, batches_per_epoch):
     step = 0
     for batches in batches_per_epoch:
         for x, y in batches:
+            complete = torch.isfinite(x).reshape(len(x), -1).all(1)
+            x, y = x[complete], y[complete]
             loss = F.cross_entropy(model(x), y)
-            if not torch.isfinite(loss):
-                continue
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -565,16 +582,18 @@ def train_checked_fixed(model, optimizer, batches_per_epoch):
     return step
 
 
-def test_nan_batch_is_passed_over_and_so_is_the_next_one(automatic, tmp_path, bot_url) -> None:
+def test_a_corrupted_sample_is_left_out_of_its_batch_and_so_is_the_next_one(automatic, tmp_path, bot_url) -> None:
+    """The rest of the batch is good data: the sample holding NaN is left out where the loop binds the batch
+    (at the top of its body), for this batch and every later one, rather than the whole batch passed over."""
     model, optimizer = make_model()
     steps = daifu.transform(fresh(train_checked))(model, optimizer, corrupted_batches(3))
 
     repair = assert_repaired_once(
         automatic(), tmp_path, bot_url, train_checked, "assert torch.isfinite(loss)", "AssertionError", "Surgery"
     )
-    assert "if not (torch.isfinite(loss)):\n                continue" in repair["code"]
+    assert "x, y = x[_daifu_finite], y[_daifu_finite]\n            loss = F.cross_entropy" in repair["code"]
     assert "non-finite loss nan after 2 steps" in repair["exception_message"]
-    assert steps == 10 and adam_steps(optimizer) == 10  # 12 batches, the two corrupted ones passed over
+    assert steps == 12 and adam_steps(optimizer) == 12  # 12 batches, none passed over
     assert all(torch.isfinite(p).all() for p in model.parameters())
     fixed_model, fixed_optimizer = make_model()
     train_checked_fixed(fixed_model, fixed_optimizer, corrupted_batches(3))

@@ -11,7 +11,7 @@ a repair may have:
 
 - creating the folder a failing write needs: `os.mkdir` (what `os.makedirs` and `Path.mkdir` do) of a
   folder that is, or holds, a path the crash names (its exception's `filename`, or a path in its
-  message: `Parent directory runs/exp-1 does not exist`).
+  message: `Parent directory runs/exp-1 does not exist`, `Parent directory checkpoints does not exist`).
 
 Anything else — a file written, touched, deleted, a mode changed, a folder no crash asked for — would
 be done for real once the repair is applied, so the repair needs a person.
@@ -110,6 +110,10 @@ def _callee_file(crash: Crash, qualname: str) -> str | None:
 
 _MKDIR = re.compile(r"^os\.mkdir\((.*)\)$", re.S)
 _PATH_TEXT = re.compile(r"""[^\s'"`()\[\],;]*[/\\][^\s'"`()\[\],;]*""")
+_NAMED_FOLDER = re.compile(r"""\b(?:directory|folder) ['"`]?([^\s'"`]+?)['"`]? (?:does not|doesn't) exist""",
+                           re.IGNORECASE)
+"""A folder a message names as missing, with or without a separator in it (torch's `Parent directory
+checkpoints does not exist.`: a folder beside the program)."""
 
 
 def _folder_the_crash_needs(effect: str, crash: Crash) -> bool:
@@ -133,4 +137,5 @@ def _named_paths(crash: Crash) -> set[str]:
     found = {name for name in (getattr(error, "filename", None), getattr(error, "filename2", None))
              if isinstance(name, str)}
     found |= {word.rstrip(".:") for word in _PATH_TEXT.findall(crash.message)}
+    found |= {word.rstrip(".:") for word in _NAMED_FOLDER.findall(crash.message)}
     return {os.path.abspath(path) for path in found if path}
