@@ -36,7 +36,7 @@ _Ints = list[NonNegativeInt]
 FACT_TYPES: dict[str, TypeAdapter[Any]] = {
     **{key: TypeAdapter(str) for key in ("dtype", "device", "class", "path", "parent")},
     **{key: TypeAdapter(bool) for key in ("requires_grad", "contiguous", "exists", "parent_exists", "nonfinite")},
-    **{key: TypeAdapter(NonNegativeInt) for key in ("nan", "inf", "parameters", "groups", "len")},
+    **{key: TypeAdapter(NonNegativeInt) for key in ("nan", "inf", "nonfinite_rows", "parameters", "groups", "len")},
     **{key: TypeAdapter(NonNegativeInt | None) for key in ("batch_size", "dataset_len")},
     **{key: TypeAdapter(float) for key in ("min", "max", "mean")},
     "shape": TypeAdapter(_Ints),

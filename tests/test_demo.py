@@ -55,8 +55,9 @@ def test_demo_trains_through_three_crashes_and_leaves_nothing_behind(tmp_path: P
     assert 'automatic mode (approve="auto"); its repair bot (rules backend) listens at http://127.0.0.1:' in out
     epochs = [line for line in out.splitlines() if line.startswith("epoch ")]
     assert [line.split(":")[0] for line in epochs] == ["epoch 0", "epoch 1", "epoch 2", "epoch 3"]
-    assert epochs[1].startswith("epoch 1: 9 of 10 batches (1 left out), loss ")  # the NaN batch, passed over
-    assert "Finished 39 of 40 steps: 1 batch left out by a repair" in out
+    assert epochs[1].startswith("epoch 1: 10 batches, loss ")  # the NaN sample left out, the rest of its batch kept
+    assert "Finished 40 of 40 steps, in " in out
+    assert "rows a changed statement dropped: passed over 1 sample in 1 step" in done.stderr
     assert "3 crashes repaired in place, no restart" in out
     assert "checkpoints: ['epoch0.pt', 'epoch1.pt', 'epoch2.pt', 'epoch3.pt']" in out
     assert "  1. RuntimeError at demo.py:" in out and "-> Action from the bot" in out

@@ -605,6 +605,41 @@ def test_nan_in_a_numpy_observation_is_zeroed_before_the_iteration_is_skipped() 
     assert surgery_function(zeroed, act_on)(observations) == [1, 1]
 
 
+def fit_on_loader(model, optimizer, loader):
+    for x, y in loader:
+        loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return float(loss.detach())
+
+
+def loader_with_a_record_of_nan(partly: bool) -> list:
+    x, y = torch.randn(8, 4), (torch.rand(8, 1) > 0.5).float()
+    if partly:
+        x[3, :2] = float("nan")  # missing readings among a record's others
+    else:
+        x[3] = float("nan")  # a record that failed to decode: no finite value
+    return [(x, y)]
+
+
+def test_a_record_with_no_finite_value_is_left_out_of_the_loaders_batch_not_read_as_zeros() -> None:
+    """`for x, y in loader:` binds the batch: its rows with NaN are left out at the top of the loop's body
+    (zeros in place of a whole record would be trained on, with its label, each time it is loaded); a record
+    with a few missing readings may still be read with zeros, after the rows are left out."""
+    model, loader = torch.nn.Linear(4, 1), loader_with_a_record_of_nan(partly=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    suggestions = answer(fit_on_loader, model, optimizer, loader)
+    surgeries = [changed_lines(s, fit_on_loader) for s in suggestions if s.kind == "surgery"]
+    assert not any("nan_to_num" in line for lines in surgeries for line in lines), surgeries
+    dropped = first_surgery_with(suggestions, fit_on_loader, "x, y = x[_daifu_finite], y[_daifu_finite]")
+    assert suggestions.index(dropped) < [s.kind for s in suggestions].index("skip_iteration")
+    assert 0 < surgery_function(dropped, fit_on_loader)(model, optimizer, loader) < 10  # the 7 other rows train
+
+    partly = answer(fit_on_loader, model, optimizer, loader_with_a_record_of_nan(partly=True))
+    assert any("nan_to_num" in line for s in partly if s.kind == "surgery" for line in changed_lines(s, fit_on_loader))
+
+
 def labelled_steps(model, optimizer, batches):
     for x, y in batches:
         loss = F.cross_entropy(model(x), y)

@@ -189,3 +189,12 @@ def test_a_skip_after_a_surgery_resuming_above_an_open_with_is_refused(decide) -
     assert f() == 3
     assert "a skip cannot follow a surgery" in seen[0].tried[0][1]
     assert log == ["enter cm", "exit cm None", "enter cm", "exit cm None"]
+
+
+def test_the_terminal_says_inserted_lines_run_once_and_only_the_others_a_second_time() -> None:
+    from daifu.decide.reruns import Rerun, describe
+
+    inserted, kept = Rerun(63, "x, y = x[keep], y[keep]", new=True), Rerun(65, "logits = model(x)")
+    assert describe([inserted, kept]) == ("line 63 `x, y = x[keep], y[keep]` (new) runs first, then line 65 "
+                                          "`logits = model(x)` runs a second time (the repair resumes above the crash)")
+    assert describe([kept]) == "line 65 `logits = model(x)` runs a second time (the repair resumes above the crash)"

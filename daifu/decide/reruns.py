@@ -66,9 +66,21 @@ def reruns(crash: Crash, decision: Decision) -> list[Rerun]:
 
 
 def describe(found: list[Rerun]) -> str:
-    """The statements in a phrase: what a person reads before approving."""
-    shown = ", ".join(r.describe() for r in found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
-    return f"{shown} run{'s' if len(found) == 1 else ''} a second time (the repair resumes above the crash)"
+    """The statements in a phrase: what a person reads before approving. The lines the surgery inserted run
+    once; only the others run a second time."""
+    again = [r for r in found if not r.new]
+    inserted = [r for r in found if r.new]
+    parts = []
+    if inserted:
+        parts.append(f"{_listed(inserted)} (new) run{'s' if len(inserted) == 1 else ''} first")
+    if again:
+        parts.append(f"{_listed(again)} run{'s' if len(again) == 1 else ''} a second time")
+    return f"{', then '.join(parts)} (the repair resumes above the crash)"
+
+
+def _listed(found: list[Rerun]) -> str:
+    shown = [f"line {r.lineno} `{r.text}`" for r in found[:6]]
+    return ", ".join(shown) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
 
 
 def counterpart(old: list[str], new: list[str], first_lineno: int, lineno: int) -> int:

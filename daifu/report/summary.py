@@ -172,9 +172,18 @@ def _ndarray(numpy: Any, value: Any) -> Summary:
     if value.dtype.kind == "f" and value.size <= _SMALL_TENSOR:
         facts["nan"] = int(numpy.isnan(value).sum())
         facts["inf"] = int(numpy.isinf(value).sum())
+        if (facts["nan"] or facts["inf"]) and value.ndim >= 2 and len(value):
+            facts["nonfinite_rows"] = int((~numpy.isfinite(value)).reshape(len(value), -1).all(1).sum())
     elif value.dtype.kind in "iu" and 0 < value.size <= _SMALL_TENSOR:  # labels, ids: the range a lookup meets
         facts.update(min=int(value.min()), max=int(value.max()))
     return Summary(_type_name(value), describe(value)[: 4 * MAX_TEXT], facts)
+
+
+def _nonfinite_rows(torch: Any, data: Any) -> int:
+    """The rows (along the first dimension) of `data` in which no value is finite: records that failed to
+    decode, which no value of their own can stand in for (the generator leaves them out, `finite_rows`,
+    rather than read them as zeros)."""
+    return int((~torch.isfinite(data)).reshape(len(data), -1).all(1).sum())
 
 
 def _type_name(value: Any) -> str:
@@ -296,6 +305,8 @@ def _tensor(torch: Any, value: Any) -> Summary:
             data = value.detach()
             facts["nan"] = int(torch.isnan(data).sum())
             facts["inf"] = int(torch.isinf(data).sum())
+            if (facts["nan"] or facts["inf"]) and data.dim() >= 2 and len(data):
+                facts["nonfinite_rows"] = _nonfinite_rows(torch, data)
             finite = data[torch.isfinite(data)]
             if finite.numel():
                 facts.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.float().mean()))

@@ -2,8 +2,8 @@
 
 - Bad data: NaN or Inf in this iteration's data that the statement reads (a tensor's or a NumPy array's
   facts say so) is first replaced by 0 where the statement reads it (`x.nan_to_num(0.0, 0.0, 0.0)`,
-  `numpy.nan_to_num`): the iteration goes on with the rest of its data, and the candidate says what it
-  changed. Then: a batch holding NaN or Inf (the statement's tensors say so, or the message does), or an
+  `numpy.nan_to_num`), unless a whole record holds no finite value: the iteration goes on with the rest
+  of its data, and the candidate says what it changed. Then: a batch holding NaN or Inf (the statement's tensors say so, or the message does), or an
   index out of range in this iteration's integer data (a token id past the embedding's size, a label
   past the classes), is passed over with `skip_iteration` — the rest of this iteration — when the
   statement is in a loop. It skips work, and says so; it is ranked after every edit.
@@ -76,8 +76,13 @@ def _bad_data(view: View) -> Iterator[GeneratedRepair | None]:
 
 
 def _zeroed(view: View, names: list[str]) -> Iterator[GeneratedRepair | None]:
-    """NaN and Inf in this iteration's tensors or NumPy arrays `names` replaced by 0 where the statement reads them."""
+    """NaN and Inf in this iteration's tensors or NumPy arrays `names` replaced by 0 where the statement reads them:
+    missing values among a record's others. Not where a whole record holds no finite value (its facts'
+    `nonfinite_rows`): zeros in its place would be a made-up record, trained on with its label each time it
+    is loaded; those rows are left out instead (`finite_rows`), or the batch passed over."""
     for name in names:
+        if view.facts(name).get("nonfinite_rows"):
+            continue
         if view.is_tensor(name):
             yield make.changed(view, make.wrap_reads(view, name, "{}.nan_to_num(0.0, 0.0, 0.0)"),
                                f"`{name}` holds NaN or Inf: read it with those values set to 0.", "exceptional_data",

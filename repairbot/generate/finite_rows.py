@@ -11,6 +11,11 @@ holding a non-finite value out of every tensor that statement binds with as many
     _daifu_finite = torch.isfinite(xb).reshape(len(xb), -1).all(1) & torch.isfinite(yb).reshape(len(yb), -1).all(1)
     xb, yb = xb[_daifu_finite], yb[_daifu_finite]
 
+A batch a `for` header binds (`for xb, yb in loader:`, a record that failed to decode in it; two
+dimensions or more, so that the first is the batch's) loses its rows the same way, at the top of the
+loop's body. Replacing such values by 0 (`control`) would train
+on a record made up of zeros, with its label, in every epoch that loads it.
+
 In the loop, it holds for every later batch holding such rows; the account counts the rows it drops each
 time, and the horizon refuses it where it drops rows from batch after batch. It ranks with rows of a
 batch: before skipping the iteration.
@@ -34,19 +39,21 @@ FAMILY = "exceptional_data"
 def propose(view: View) -> Iterator[GeneratedRepair | None]:
     if not view.outermost or view.statement is None or not view.in_loop() or not view.uses_module("torch"):
         return
-    made: dict[int, tuple[ast.Assign, int]] = {}
+    made: dict[int, tuple[ast.Assign | ast.For, int]] = {}
     for name, variable in view.site.variables.items():
         rows = _partly_nonfinite(variable.type, variable.facts)
         if rows is None or not view.assigned_in_iteration(name):
             continue
         link = definition(view, name, view.statement)
-        if link is not None and link.reruns and isinstance(link.statement, ast.Assign):
-            made.setdefault(id(link.statement), (link.statement, rows))
+        statement = link.statement if link is not None else None
+        if (isinstance(statement, ast.Assign) and link is not None and link.reruns
+                or isinstance(statement, ast.For) and link is not None and _batch_of_a_loop(link.kind, variable.facts)):
+            made.setdefault(id(statement), (statement, rows))
     if not made:
         return
     statement, rows = min(made.values(), key=lambda found: found[0].lineno)
     names = [n for n in _targets(statement) if view.is_tensor(n) and _rows(view.facts(n)) == rows]
-    following = _following(view, statement)
+    following = statement.body[0] if isinstance(statement, ast.For) else _following(view, statement)
     if not names or following is None:
         return
     keep = view.fresh("_daifu_finite")
@@ -70,6 +77,12 @@ def _partly_nonfinite(kind: str, facts: dict[str, Any]) -> int | None:
     return rows
 
 
+def _batch_of_a_loop(kind: str, facts: dict[str, Any]) -> bool:
+    """Whether the `for` header that binds the tensor binds it as a batch of rows: it has two dimensions or
+    more (a 1-D tensor a loop yields may be one sample's values, whose first dimension is no batch)."""
+    return kind == "loop" and len(facts.get("shape") or []) >= 2
+
+
 def _rows(facts: dict[str, Any]) -> int | None:
     shape = facts.get("shape")
     if isinstance(shape, list) and shape and all(type(size) is int for size in shape):
@@ -77,10 +90,10 @@ def _rows(facts: dict[str, Any]) -> int | None:
     return None
 
 
-def _targets(statement: ast.Assign) -> list[str]:
-    """The names `statement` binds, in the order written (`xb, yb = ...`: `xb`, `yb`)."""
+def _targets(statement: ast.Assign | ast.For) -> list[str]:
+    """The names `statement` binds, in the order written (`xb, yb = ...`, `for xb, yb in ...`: `xb`, `yb`)."""
     found: list[str] = []
-    for target in statement.targets:
+    for target in statement.targets if isinstance(statement, ast.Assign) else [statement.target]:
         for node in ast.walk(target):
             if isinstance(node, ast.Name) and node.id not in found:
                 found.append(node.id)

@@ -20,7 +20,7 @@ def nonfinite(ctx: ReportView) -> Finding | None:
     return Finding(
         "exceptional_data",
         f"The data or the loss holds NaN or Inf{where}; training on it would spoil "
-        "the weights, so this batch is best passed over.",
+        "the weights, so what holds them (the rows, or else the batch) is best left out.",
         present(
             _guard_to_continue(ctx), skip("Pass over the faulty statement this time.", 0.6 if _is_guard(ctx) else 0.45)
         ),
