@@ -158,3 +158,20 @@ def test_a_renamed_repair_never_overwrites_a_name_the_new_function_uses() -> Non
     code = "labels = y.long()\nloss = crit(out, labels)"
     assert renamed(code, pairing, {"l2", "crit", "o2", "t2"}) == "labels = t2.long()\nl2 = crit(o2, labels)"
     assert renamed(code, pairing, {"l2", "crit", "o2", "t2", "labels"}) is None
+
+
+def test_a_repair_after_which_the_crash_came_back_without_progress_is_not_learned() -> None:
+    """A retry of a write into a folder that cannot exist, taken on trust three times, repaired nothing: it is
+    not tried first at the next run's crash there ("it repaired this crash before")."""
+    from daifu.decide.candidates import _followed_by_no_progress
+
+    def entry(repair: int, attempt: int, pid: int = 7, line: int = 22) -> dict[str, Any]:
+        return {"repair": repair, "attempt": attempt, "pid": pid, "function": "train", "file": "t.py", "line": line,
+                "exception_type": "RuntimeError"}
+
+    retried = [entry(1, 1), entry(2, 2), entry(3, 3)]
+    moved_on = [entry(4, 1, pid=8), entry(5, 1, pid=8)]  # each crash at a new step: progress between them
+    elsewhere = [entry(6, 1, pid=9), entry(7, 2, pid=9, line=30)]
+    newest_first = list(reversed(retried + moved_on + elsewhere))
+    failed = _followed_by_no_progress(newest_first)
+    assert failed == {id(retried[0]), id(retried[1])}  # the last retry's outcome is unknown from the record alone

@@ -201,7 +201,8 @@ def with_experience(stage: Verification, found: list[Candidate]) -> list[Candida
 
     A repair the bot proposed, that passed its trial and was applied at the same function, file, line and
     exception type — in this run or an earlier one in the workspace's `repairs.jsonl` — is tried first
-    (by trial, like any candidate). One applied at a statement of the same shape elsewhere, for the same
+    (by trial, like any candidate), unless the same crash came back after it with no progress (a retry of
+    a write into a folder that does not exist, taken on trust: it repaired nothing). One applied at a statement of the same shape elsewhere, for the same
     exception type, is offered renamed to this statement's names (`daifu.decide.same_shape`), first among
     the candidates that give up as much. A candidate that skips work is dropped once `MAX_SKIPS` automatic
     repairs at this site skipped work in this run.
@@ -212,7 +213,9 @@ def with_experience(stage: Verification, found: list[Candidate]) -> list[Candida
         entries = list(reversed(repairs.load()))
     except (OSError, ValueError):
         entries = []
-    learned = next((c for c in (_learned(entry, site, stage, found) for entry in entries) if c is not None), None)
+    failed = _followed_by_no_progress(entries)
+    learned = None if crash.attempt > 1 else next(  # a repeat: what was applied here last made no progress
+        (c for c in (_learned(e, site, stage, found) for e in entries if id(e) not in failed) if c is not None), None)
     similar = [_offered(stage, decision, why, found) for decision, why in same_shape.offered(crash, entries)]
     similar = [c for c in similar if c is not learned]
     rest = [c for c in found if c is not learned and all(c is not s for s in similar)]
@@ -245,6 +248,20 @@ def _offered(stage: Verification, decision: Decision, why: str, found: list[Cand
     suggestion = Suggestion(kind=kind, code=code_of(decision) or "", target=target_of(decision),  # type: ignore[arg-type]
                             confidence=0.9, explanation=why)
     return Candidate(decision, suggestion, stage=stage)
+
+
+def _followed_by_no_progress(entries: list[dict[str, Any]]) -> set[int]:
+    """The `id`s of the entries (newest first) after which the same crash came back in the same process
+    before the run made any progress (the next repair there has `attempt` 2 or more)."""
+    failed: set[int] = set()
+    later: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for entry in entries:
+        key = (entry.get("pid"), entry.get("function"), entry.get("file"), entry.get("line"), entry.get("exception_type"))
+        after = later.get(key)
+        if after is not None and isinstance(after.get("attempt"), int) and after["attempt"] >= 2:
+            failed.add(id(entry))
+        later[key] = entry
+    return failed
 
 
 def _learned(entry: dict[str, Any], site: tuple[Any, ...], stage: Verification,

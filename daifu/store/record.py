@@ -395,6 +395,7 @@ class Entry:
             "statement": self.crash.statement,
             "exception_type": self.crash.exception_type,
             "exception_message": redact(self.crash.message),  # the record is shown and shared
+            "attempt": self.crash.attempt,  # 2 and more: the run made no progress since the last repair here
             **to_row(decision),
             "duration_ms": None,
             "plays": self.plays,
