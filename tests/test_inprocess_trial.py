@@ -188,6 +188,46 @@ def test_a_trial_never_takes_an_item_from_the_live_runs_generator() -> None:
     assert verdicts[0].passed and "does not take it from the live run's generator" in verdicts[0].ended
 
 
+def train_taking_from_its_iterator(model: Any, optimizer: Any, loader: Any, steps: int, taken: list[int],
+                                   flaky: Any) -> None:
+    it = iter(loader)
+    for _step in range(steps):
+        batch = next(it)
+        taken.append(int(batch[0, 0]))
+        loss = model(batch).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        flaky()
+        optimizer.step()
+
+
+def test_a_trial_never_takes_an_item_from_an_iterator_the_program_advances_itself() -> None:
+    """minGPT's `batch = next(data_iter)`: the horizon's iterations ran the program's own `next` on the live
+    DataLoader iterator, and the real run never trained on the batches the trial took."""
+    daifu.configure(trials="inprocess", trial_iterations=5)
+    loader = torch.utils.data.DataLoader(torch.arange(40.0).reshape(20, 2), batch_size=1)
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    calls = [0]
+
+    def flaky() -> None:
+        calls[0] += 1
+        if calls[0] == 4:
+            raise ConnectionResetError("collective timed out")
+
+    verdicts: list[Any] = []
+
+    def policy(crash: daifu.Crash) -> Any:
+        verdicts.append(crash.trial(daifu.Retry(), 30.0))
+        return daifu.Retry()
+
+    daifu.set_policy(policy)
+    taken: list[int] = []
+    daifu.transform(train_taking_from_its_iterator)(model, optimizer, loader, 8, taken, flaky)
+    assert taken == [0, 2, 4, 6, 8, 10, 12, 14]  # every batch in turn, as without the crash
+    assert verdicts[0].passed and "does not take it from the live run's" in verdicts[0].ended
+
+
 def test_an_in_process_snapshot_that_does_not_fit_is_refused_before_anything_runs() -> None:
     daifu.configure(trials="inprocess", trial_memory=64)
     model = nn.Linear(4, 1)

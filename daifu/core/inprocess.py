@@ -71,11 +71,24 @@ def _caller() -> FrameType | None:
 
 
 def hold(namespace: dict[str, Any]) -> None:
-    """Make the loop iterators of `namespace` (a trial continuation's locals) safe to take from: a copy
-    of a sequence's iterator, any other withheld."""
+    """Make the iterators of `namespace` (a trial continuation's locals) safe to take from: a copy of a
+    sequence's iterator, any other withheld. The loops' own (`@itN`), and those the program holds in its
+    locals and advances itself (`batch = next(data_iter)`, minGPT's loop): a trial's horizon that took
+    items from the live DataLoader would leave the real run without them."""
     for name, value in list(namespace.items()):
-        if name.startswith("@it") and name[3:].isdigit() and value is not None and not isinstance(value, Withheld):
+        if value is None or isinstance(value, Withheld):
+            continue
+        loops = name.startswith("@it") and name[3:].isdigit()
+        if loops or not name.startswith("@") and _live_iterator(value):
             namespace[name] = copy.copy(value) if type(value) in _COPYABLE_ITERATORS else Withheld(value)
+
+
+def _live_iterator(value: Any) -> bool:
+    """Whether `value` is an iterator (its own `iter`), not a file, which `next` would advance."""
+    try:
+        return hasattr(value, "__next__") and iter(value) is value and not isinstance(value, io.IOBase)
+    except Exception:  # noqa: BLE001 - an object whose iter() fails is no iterator
+        return False
 
 
 def held_iterators(namespace: Mapping[str, Any]) -> list[str]:
@@ -84,11 +97,8 @@ def held_iterators(namespace: Mapping[str, Any]) -> list[str]:
     for name, value in health.reachable(namespace):
         if "[" in name or "." in name or isinstance(value, _COPYABLE_ITERATORS):
             continue
-        try:
-            if hasattr(value, "__next__") and iter(value) is value and not isinstance(value, io.IOBase):
-                found.append(f"the iterator in `{name}` (if the repair takes from it)")
-        except Exception:  # noqa: BLE001 - an object whose iter() fails is no iterator
-            continue
+        if _live_iterator(value):
+            found.append(f"the iterator in `{name}` (if the repair takes from it)")
     return found
 
 

@@ -621,7 +621,7 @@ def passed_over(what: str, rows: int = 0) -> None:
 def withheld(iterator: Any, frame: FrameType | None) -> None:
     """In process: the loop's next item would be taken from the live run's `iterator`, which a trial
     does not advance (`daifu.core.inprocess.Withheld`): its horizon ends here. Never returns."""
-    _CHILD[0].horizon.ended = (f"the loop's next item: an in-process trial does not take it from the live run's "
+    _CHILD[0].horizon.ended = (f"the next item: an in-process trial does not take it from the live run's "
                                f"{type(iterator).__name__}")
     _send(Outcome.COMPLETED, frame=frame)
 
