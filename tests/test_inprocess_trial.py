@@ -228,6 +228,45 @@ def test_a_trial_never_takes_an_item_from_an_iterator_the_program_advances_itsel
     assert verdicts[0].passed and "does not take it from the live run's" in verdicts[0].ended
 
 
+def sample_into(model: Any, path: Path, flaky: Any) -> list[bool]:
+    modes = []
+    with torch.no_grad():
+        with open(path, "w") as out:
+            for step in range(6):
+                flaky(step)
+                y = model(torch.ones(1, 2))
+                modes.append(torch.is_grad_enabled())
+                out.write(f"{float(y):.3f}\n")
+    return modes
+
+
+def test_a_trial_leaves_the_live_runs_with_statements_open(tmp_path: Path) -> None:
+    """A trial that unwound through the `with` blocks the live run had entered closed its file (the real run
+    then died on "I/O operation on closed file") and left `no_grad`, so the real run computed with grad on;
+    its iterations wrote their lines into the live run's file."""
+    daifu.configure(trials="inprocess", trial_iterations=5)
+    model = nn.Linear(2, 1)
+    fired: list[int] = []
+
+    def flaky(step: int) -> None:
+        if step == 2 and not fired:
+            fired.append(step)
+            raise ConnectionResetError("collective timed out")
+
+    verdicts: list[Any] = []
+
+    def policy(crash: daifu.Crash) -> Any:
+        verdicts.append(crash.trial(daifu.Retry(), 30.0))
+        return daifu.Retry()
+
+    daifu.set_policy(policy)
+    path = tmp_path / "samples.txt"
+    assert daifu.transform(sample_into)(model, path, flaky) == [False] * 6
+    assert len(path.read_text().splitlines()) == 6 and verdicts[0].passed, verdicts[0].describe()
+    assert "write on the live run's open file" in verdicts[0].detail  # the trial wrote into it before
+    assert torch.is_grad_enabled()
+
+
 def test_an_in_process_snapshot_that_does_not_fit_is_refused_before_anything_runs() -> None:
     daifu.configure(trials="inprocess", trial_memory=64)
     model = nn.Linear(4, 1)

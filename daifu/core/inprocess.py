@@ -74,13 +74,61 @@ def hold(namespace: dict[str, Any]) -> None:
     """Make the iterators of `namespace` (a trial continuation's locals) safe to take from: a copy of a
     sequence's iterator, any other withheld. The loops' own (`@itN`), and those the program holds in its
     locals and advances itself (`batch = next(data_iter)`, minGPT's loop): a trial's horizon that took
-    items from the live DataLoader would leave the real run without them."""
+    items from the live DataLoader would leave the real run without them. And the `with` statements the
+    live run entered before the crash are not exited by the trial (`_left_open`): it closed the real
+    run's file, which then failed with "I/O operation on closed file"; but torch's grad modes."""
     for name, value in list(namespace.items()):
         if value is None or isinstance(value, Withheld):
             continue
         loops = name.startswith("@it") and name[3:].isdigit()
         if loops or not name.startswith("@") and _live_iterator(value):
             namespace[name] = copy.copy(value) if type(value) in _COPYABLE_ITERATORS else Withheld(value)
+        elif name.startswith("@ex") and name[3:].isdigit() and not _exit_may_run(namespace.get(f"@cm{name[3:]}")):
+            namespace[name] = _left_open
+        elif not name.startswith("@") and isinstance(value, io.IOBase) and not isinstance(value, Sealed):
+            namespace[name] = Sealed(value)
+
+
+class Sealed:
+    """A file the live run holds open, as a trial's code sees it: what it is (its name, its mode) can be
+    read, but a write, a read (which moves the live run's position), a seek or a close stops the trial
+    there (`daifu.core.sandbox.SandboxStop`), as a write to an inherited descriptor stops a forked one."""
+
+    _SEEN = frozenset({"name", "mode", "closed", "encoding", "errors", "newlines", "readable", "writable",
+                       "seekable", "isatty", "fileno"})
+
+    def __init__(self, stream: Any) -> None:
+        object.__setattr__(self, "_stream", stream)
+
+    def __getattr__(self, name: str) -> Any:
+        stream = object.__getattribute__(self, "_stream")
+        if name in Sealed._SEEN:
+            return getattr(stream, name)
+        raise sandbox.SandboxStop(f"{name} on the live run's open file {getattr(stream, 'name', '?')!r}",
+                                  dangerous=False)
+
+    def __iter__(self) -> Any:
+        return self.__getattr__("__iter__")
+
+    def __enter__(self) -> Any:
+        return self.__getattr__("__enter__")
+
+
+_GRAD_MODES = frozenset({"no_grad", "enable_grad", "set_grad_enabled"})
+"""The managers whose exit a trial may run on the live run's `with`: they only set torch's grad mode back,
+which the rollback restores (`Snapshot.grad_enabled`), and a second exit, the real run's, does the same."""
+
+
+def _exit_may_run(manager: Any) -> bool:
+    kind = type(manager)
+    return kind.__module__ == "torch.autograd.grad_mode" and kind.__name__ in _GRAD_MODES
+
+
+def _left_open(manager: Any, kind: Any, error: Any, tb: Any) -> bool:
+    """The exit a trial runs for a `with` the live run entered before the crash: none. Its manager is the
+    live run's (a file it writes, a lock it holds), and the real run exits it once, when its own body ends;
+    the exception that ends the trial is not suppressed."""
+    return False
 
 
 def _live_iterator(value: Any) -> bool:

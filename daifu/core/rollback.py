@@ -10,7 +10,8 @@ the program holds (an optimizer's parameters, a scheduler's optimizer) still poi
   parameters, buffers and submodules it holds; every optimizer's per-parameter state and its
   parameter groups (learning rates); LR schedulers, grad scalers and the program's own objects, their
   attributes one level (tensors among them copied);
-- the random generators: Python's, NumPy's, torch's CPU generator and every CUDA device's;
+- the random generators: Python's, NumPy's, torch's CPU generator and every CUDA device's; torch's grad
+  mode;
 - the frame's locals: the tensors they hold (a batch changed in place), and the lists, dicts, sets,
   deques and bytearrays they and the globals the function reads hold, one level (a list of losses
   appended to);
@@ -51,6 +52,9 @@ class Snapshot:
     bytes: int = 0
     seconds: float = 0.0
     where: str = ""
+    grad_enabled: bool | None = None
+    """torch's grad mode when the trial began (`None`: torch not loaded); set back last, outside the
+    restore's own `no_grad` (a trial that left a `with torch.no_grad()` of the live run turned it on)."""
 
     def restore(self) -> None:
         """Put everything back, the runtime's own state last. Every part is put back even when one
@@ -63,6 +67,8 @@ class Snapshot:
                     undo()
                 except Exception as error:  # noqa: BLE001 - said below, after the rest is back
                     failed.append(f"{type(error).__name__}: {error}"[:200])
+        if torch is not None and self.grad_enabled is not None:
+            torch.set_grad_enabled(self.grad_enabled)
         cuda.synchronize()
         if failed:
             raise RollbackFailed(f"the in-process trial's state could not all be put back: {'; '.join(failed[:3])}")
@@ -85,7 +91,7 @@ def take(watched: Mapping[str, Any], namespace: Mapping[str, Any], globals_: dic
     placement = _placement(tensors, memory_setting)
     if isinstance(placement, str):
         return placement
-    snapshot = Snapshot(list(undo))
+    snapshot = Snapshot(list(undo), grad_enabled=torch.is_grad_enabled() if torch is not None else None)
     _random_generators(snapshot, torch)
     _globals(snapshot, globals_)
     _containers(snapshot, _values({**watched, **namespace}))
