@@ -347,3 +347,26 @@ def test_no_crash_no_change(capfd: pytest.CaptureFixture[str]) -> None:
     steps = daifu.transform(train_enumerated)(model, optimizer, loader_of(Rows(bad=None)))
     assert steps == plain_steps and same_parameters(model, plain)
     assert "DaiFu" not in capfd.readouterr().err
+
+
+def train_taking_next(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Any) -> list[Any]:
+    steps = []
+    for epoch in range(2):
+        batches = iter(loader)
+        for _ in range(len(loader)):
+            x, y = next(batches)
+            step(model, optimizer, x, y)
+            steps.append(epoch)
+    return steps
+
+
+def test_a_statement_that_takes_its_batch_with_next_gets_the_batch_that_failed(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """minGPT's `batch = next(data_iter)`: run again, the statement asked the iterator for its next batch
+    and the one that failed was lost; given back, it trains on that batch, as a run without the bad sample."""
+    model, steps, seen = repaired_run(train_taking_next, FIX)
+    fixed, fixed_steps = fixed_run(train_taking_next)
+    assert [crash.statement for crash in seen] == ["x, y = next(batches)"]
+    assert steps == fixed_steps == [0] * 4 + [1] * 4
+    assert same_parameters(model, fixed)
+    assert "the batch the DataLoader failed to load is loaded again" in capfd.readouterr().err

@@ -555,7 +555,8 @@ class Vaccine:
                     raise RepairRefused(f"{step!r} is not a DaiFu decision")
             ending = self._ends_step(here, mode)
             _loop_goes_on(here, mode, namespace)
-            loading = self._reload(here, mode, raised or (crash.exception, crash.frame), namespace)
+            loading = self._reload(here, mode, raised or (crash.exception, crash.frame), namespace,
+                                   here.path == site.path and here.version is site.version)
             if not ending and with_depth(here.version.fdef, here.path) < with_depth(site.version.fdef, site.path):
                 mode = self._leaving(site, here, mode, namespace)
             if flavour is Flavour.PLAIN and watch is not None:
@@ -823,10 +824,14 @@ class Vaccine:
 
     @staticmethod
     def _reload(here: Site, mode: Mode, raised: tuple[BaseException, FrameType | None],
-                namespace: dict[str, Any]) -> Reload | str | None:
+                namespace: dict[str, Any], crashed: bool = False) -> Reload | str | None:
         """For a run resumed at a `for` header asking its iterator for its next item: the item that
         failed to load, ready to be loaded again (`daifu.core.refetch`), or why it cannot be; `None`
-        for any other resume. A failure of DaiFu's own here is a reason: the loop goes on as before."""
+        for any other resume. A failure of DaiFu's own here is a reason: the loop goes on as before.
+        At the crashed statement itself (`crashed`), run again, one that takes its batch with `next`
+        (`batch = next(data_iter)`) gets that batch again where it can (`_statement_reload`)."""
+        if mode is Mode.AT and crashed and not here.header:
+            return _statement_reload(here.node, raised, namespace)
         if mode is not Mode.LOOP_NEXT or not isinstance(here.node, ast.For):
             return None
         from daifu.core.refetch import reload
@@ -1234,6 +1239,30 @@ def _releasing(error: BaseException) -> Callable[[], None] | None:
 def _def_lines(fdef: ast.FunctionDef) -> tuple[int, ...]:
     """Where a function's definition starts: its decorators' lines and its `def` line."""
     return (*(decorator.lineno for decorator in fdef.decorator_list), fdef.lineno)
+
+
+def _statement_reload(node: ast.stmt, raised: tuple[BaseException, FrameType | None],
+                      namespace: dict[str, Any]) -> Reload | None:
+    """The batch a torch DataLoader's iterator failed to make for a statement that takes it with `next`
+    (`batch = next(data_iter)`, minGPT's loop), run again: given back, the statement gets that batch, not the
+    one after it. Only a statement with one call of the builtin `next`, on a local holding that very
+    iterator: a second `next` on it would take the batch given back first. `None` otherwise (the retry
+    goes on as before, asking the iterator for its next item)."""
+    from daifu.core.refetch import Reload, reload
+
+    error, frame = raised
+    calls = [n for n in ast.walk(node)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next"]
+    if frame is None or len(calls) != 1 or not calls[0].args or not isinstance(calls[0].args[0], ast.Name):
+        return None
+    if "next" in namespace or frame.f_globals.get("next", next) is not next:
+        return None  # the program's own `next`
+    iterator = namespace.get(calls[0].args[0].id)
+    try:
+        found = reload(error, frame, iterator)
+    except Exception:  # noqa: BLE001 - never costs the repair: the retry asks for the next batch, as before
+        return None
+    return found if isinstance(found, Reload) and found.loader is iterator else None
 
 
 def _loop_iterator(site: Site, namespace: dict[str, Any]) -> Any:
