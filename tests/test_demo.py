@@ -86,7 +86,7 @@ def test_demo_keep_leaves_the_record_where_it_says_and_daifu_show_reads_it(tmp_p
     shown = subprocess.run([sys.executable, "-m", "daifu", *command[1:]], capture_output=True, text=True, cwd=home)
     rows = shown.stdout.splitlines()[1:]
     assert [row.split()[6] for row in rows] == ["Action", "Surgery", "Surgery"], shown.stdout + shown.stderr
-    assert len((kept / "daifu_workspace" / "metrics.jsonl").read_text().splitlines()) == 39 + 4  # steps, checkpoints
+    assert len((kept / "daifu_workspace" / "metrics.jsonl").read_text().splitlines()) == 40 + 4  # steps, checkpoints
     if importlib.util.find_spec("matplotlib") is None:
         return
     draw = next(line for line in lines if line.startswith("Draw the run:")).removeprefix("Draw the run:")
