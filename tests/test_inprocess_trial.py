@@ -170,18 +170,24 @@ def test_a_candidate_that_would_write_a_checkpoint_is_stopped_before_the_file_ex
     assert not existed and not checkpoint.exists()
 
 
+def applied_after_its_trial(decision: daifu.Decision) -> list[Any]:
+    """Install a policy that tries `decision` at each crash, then applies it; the verdicts of its trials."""
+    verdicts: list[Any] = []
+
+    def policy(crash: daifu.Crash) -> Any:
+        verdicts.append(crash.trial(decision, 30.0))
+        return decision
+
+    daifu.set_policy(policy)
+    return verdicts
+
+
 def test_a_trial_never_takes_an_item_from_the_live_runs_generator() -> None:
     daifu.configure(trials="inprocess", trial_iterations=5)
     model = nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     data = batches()
-    verdicts: list[Any] = []
-
-    def policy(crash: daifu.Crash) -> Any:
-        verdicts.append(crash.trial(daifu.Action("x = x[:, :4]"), 30.0))
-        return daifu.Action("x = x[:, :4]")
-
-    daifu.set_policy(policy)
+    verdicts = applied_after_its_trial(daifu.Action("x = x[:, :4]"))
     losses: list[float] = []
     daifu.transform(train)(model, optimizer, (x for x in data), losses)
     assert len(losses) == len(data)  # every batch reached the real run
@@ -215,13 +221,7 @@ def test_a_trial_never_takes_an_item_from_an_iterator_the_program_advances_itsel
         if calls[0] == 4:
             raise ConnectionResetError("collective timed out")
 
-    verdicts: list[Any] = []
-
-    def policy(crash: daifu.Crash) -> Any:
-        verdicts.append(crash.trial(daifu.Retry(), 30.0))
-        return daifu.Retry()
-
-    daifu.set_policy(policy)
+    verdicts = applied_after_its_trial(daifu.Retry())
     taken: list[int] = []
     daifu.transform(train_taking_from_its_iterator)(model, optimizer, loader, 8, taken, flaky)
     assert taken == [0, 2, 4, 6, 8, 10, 12, 14]  # every batch in turn, as without the crash
@@ -253,13 +253,7 @@ def test_a_trial_leaves_the_live_runs_with_statements_open(tmp_path: Path) -> No
             fired.append(step)
             raise ConnectionResetError("collective timed out")
 
-    verdicts: list[Any] = []
-
-    def policy(crash: daifu.Crash) -> Any:
-        verdicts.append(crash.trial(daifu.Retry(), 30.0))
-        return daifu.Retry()
-
-    daifu.set_policy(policy)
+    verdicts = applied_after_its_trial(daifu.Retry())
     path = tmp_path / "samples.txt"
     assert daifu.transform(sample_into)(model, path, flaky) == [False] * 6
     assert len(path.read_text().splitlines()) == 6 and verdicts[0].passed, verdicts[0].describe()

@@ -45,9 +45,11 @@ def propose(view: View) -> Iterator[GeneratedRepair | None]:
         if rows is None or not view.assigned_in_iteration(name):
             continue
         link = definition(view, name, view.statement)
-        statement = link.statement if link is not None else None
-        if (isinstance(statement, ast.Assign) and link is not None and link.reruns
-                or isinstance(statement, ast.For) and link is not None and _batch_of_a_loop(link.kind, variable.facts)):
+        if link is None:
+            continue
+        statement = link.statement
+        if (isinstance(statement, ast.Assign) and link.reruns
+                or isinstance(statement, ast.For) and _batch_of_a_loop(link.kind, variable.facts)):
             made.setdefault(id(statement), (statement, rows))
     if not made:
         return
