@@ -62,13 +62,21 @@ class _Again:
         return self.index
 
 
+def from_a_loader(error: BaseException, frame: FrameType) -> bool:
+    """Whether `error` came out of a torch DataLoader iterator's `__next__` that `frame` called: a few
+    attribute reads, asked before anything costlier."""
+    module: Any = sys.modules.get(_DATALOADER)
+    asked = _callees(error.__traceback__, frame)
+    return module is not None and len(asked) >= 1 and asked[0].f_code is module._BaseDataLoaderIter.__next__.__code__
+
+
 def reload(error: BaseException, frame: FrameType, iterator: Any) -> Reload | str:
     """The batch to load again when `error` came out of the loop's `iterator` at a `for` header of
     `frame`; else why it cannot be loaded again, in words (the repair's terminal line says it)."""
-    module: Any = sys.modules.get(_DATALOADER)
-    asked = _callees(error.__traceback__, frame)
-    if module is None or len(asked) < 1 or asked[0].f_code is not module._BaseDataLoaderIter.__next__.__code__:
+    if not from_a_loader(error, frame):
         return f"its iterator ({type(iterator).__name__}) is not a torch DataLoader's"
+    module: Any = sys.modules[_DATALOADER]
+    asked = _callees(error.__traceback__, frame)
     loader: Any = asked[0].f_locals.get("self")
     if isinstance(loader, module._MultiProcessingDataLoaderIter):
         return (f"the DataLoader loads its batches in {loader._num_workers} worker processes, which have moved past "

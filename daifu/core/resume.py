@@ -1248,12 +1248,14 @@ def _statement_reload(node: ast.stmt, raised: tuple[BaseException, FrameType | N
     one after it. Only a statement with one call of the builtin `next`, on a local holding that very
     iterator: a second `next` on it would take the batch given back first. `None` otherwise (the retry
     goes on as before, asking the iterator for its next item)."""
-    from daifu.core.refetch import Reload, reload
+    from daifu.core.refetch import Reload, from_a_loader, reload
 
     error, frame = raised
+    if frame is None or not from_a_loader(error, frame):  # every other retry, on the restore path: no tree walk
+        return None
     calls = [n for n in ast.walk(node)
              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next"]
-    if frame is None or len(calls) != 1 or not calls[0].args or not isinstance(calls[0].args[0], ast.Name):
+    if len(calls) != 1 or not calls[0].args or not isinstance(calls[0].args[0], ast.Name):
         return None
     if "next" in namespace or frame.f_globals.get("next", next) is not next:
         return None  # the program's own `next`
